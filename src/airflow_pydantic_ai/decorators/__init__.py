@@ -1,0 +1,1 @@
+"""decorators of the airflow-pydantic-ai provider."""

@@ -1,0 +1,1 @@
+"""hooks of the airflow-pydantic-ai provider."""
