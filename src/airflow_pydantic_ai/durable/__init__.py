@@ -1,0 +1,20 @@
+"""Durable agent runs: record each model response and tool result, replay them on a retry.
+
+This package knows nothing of Airflow operators: it works on any fsspec filesystem, so it can be
+used (and tested) without a running Airflow.
+"""
+
+from __future__ import annotations
+
+from airflow_pydantic_ai.durable.capability import DurableCapability
+from airflow_pydantic_ai.durable.run import SUMMARY_TEMPLATE, DurableRun, DurableStorageError
+from airflow_pydantic_ai.durable.store import StepStore, TaskIdentity
+
+__all__ = [
+    "SUMMARY_TEMPLATE",
+    "DurableCapability",
+    "DurableRun",
+    "DurableStorageError",
+    "StepStore",
+    "TaskIdentity",
+]

@@ -1,0 +1,44 @@
+"""The pydantic-ai capability that makes one agent run durable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities.abstract import CapabilityOrdering
+from pydantic_ai.models import Model
+from pydantic_ai.toolsets import AbstractToolset
+
+from airflow_pydantic_ai.durable.model import CachingModel
+from airflow_pydantic_ai.durable.run import DurableRun
+from airflow_pydantic_ai.durable.toolset import CachingToolset
+
+__all__ = ["DurableCapability"]
+
+
+@dataclass
+class DurableCapability(AbstractCapability[Any]):
+    """Wraps every model that serves a request and every toolset the run assembles in caching wrappers.
+
+    Pass it per run (``agent.run(..., capabilities=[DurableCapability(run)])``): the user's agent
+    is left unmodified, and every tool source (``toolsets=``, ``@agent.tool``, toolset capabilities,
+    MCP servers, dynamic toolsets) is covered without toolset ids.
+    """
+
+    run: DurableRun
+
+    def get_ordering(self) -> CapabilityOrdering:
+        # Innermost: closest to the real model and tools, so other capabilities' wrappers see replays
+        # exactly as they would see live answers.
+        return CapabilityOrdering(position="innermost")
+
+    def get_wrapper_model(self, model: Model) -> Model | None:
+        if isinstance(model, CachingModel):
+            return None
+        return CachingModel(model, self.run)
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
+        if isinstance(toolset, CachingToolset):
+            return None
+        return CachingToolset(wrapped=toolset, run=self.run)

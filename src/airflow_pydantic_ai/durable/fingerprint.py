@@ -1,0 +1,370 @@
+"""Canonical fingerprints of model requests and tool calls.
+
+A fingerprint is a digest of what the provider (or the tool) would actually see, with the fields that
+change on every attempt removed: timestamps, run and conversation ids, usage, response ids. It is
+computed from canonical JSON (sorted keys, no ``repr()``, sets sorted), so it is the same in every
+process whatever ``PYTHONHASHSEED`` is.
+
+Besides the overall digest, a request's *components* (model, instructions, user prompt, history,
+settings, each tool definition, output schema, other parameters) are digested separately so that a
+mismatch can say what changed.
+
+Each message is digested once per run and the digest of the unchanged prefix is reused, so
+fingerprinting a step costs the size of what is new, not the length of the whole history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    SystemPromptPart,
+    UserPromptPart,
+)
+from pydantic_core import to_jsonable_python
+
+__all__ = [
+    "TRANSPORT_SETTINGS",
+    "FingerprintError",
+    "MessageDigests",
+    "RequestFingerprint",
+    "canonical_json",
+    "changed_components",
+    "digest",
+    "digest_json",
+    "fingerprint_request",
+]
+
+TRANSPORT_SETTINGS = frozenset(
+    {"timeout", "request_timeout", "first_event_timeout", "max_retries", "extra_headers"}
+)
+"""Model settings that change how a request travels, not what it asks: never part of a fingerprint."""
+
+# Fields that differ between two attempts at the same conversation.
+_VOLATILE_MESSAGE_FIELDS = frozenset(
+    {
+        "timestamp",
+        "run_id",
+        "conversation_id",
+        "usage",
+        "provider_response_id",
+        "workspace_ref",
+        "history_digest",
+        "failed_attempts",
+        "model_id",
+    }
+)
+_VOLATILE_PART_FIELDS = frozenset({"timestamp"})
+# Tool definition fields that stay on our side: the provider never sees them.
+_LOCAL_TOOL_FIELDS = frozenset({"metadata", "timeout", "toolset_id", "capability_id"})
+_OUTPUT_PARAMS = (
+    "output_mode",
+    "output_object",
+    "output_tools",
+    "prompted_output_template",
+    "allow_text_output",
+    "allow_image_output",
+)
+_INSTRUCTION_PARAMS = ("instruction_parts", "instruction_visibility")
+
+_MESSAGE_ADAPTER: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
+
+
+class FingerprintError(ValueError):
+    """A request or call could not be reduced to canonical JSON; it must be neither replayed nor recorded."""
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON data for ``value``, with sets sorted; raises FingerprintError when impossible."""
+    if isinstance(value, (set, frozenset)):
+        items = [_jsonable(item) for item in value]
+        return sorted(items, key=canonical_json)
+    if isinstance(value, Mapping):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    try:
+        converted = to_jsonable_python(value)
+    except Exception as error:  # pydantic raises several types here
+        raise FingerprintError(f"cannot serialize a {type(value).__name__}: {error}") from error
+    if converted is value:
+        raise FingerprintError(f"cannot serialize a {type(value).__name__}")
+    return _jsonable(converted)
+
+
+def canonical_json(value: Any) -> str:
+    """Canonical JSON text: sorted keys, compact separators, UTF-8 kept as is."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as error:
+        raise FingerprintError(str(error)) from error
+
+
+def digest(*chunks: str | bytes) -> str:
+    """Hex sha256 of the chunks, each length-prefixed so that ("ab", "c") != ("a", "bc")."""
+    hasher = hashlib.sha256()
+    for chunk in chunks:
+        data = chunk.encode() if isinstance(chunk, str) else chunk
+        hasher.update(len(data).to_bytes(8, "big"))
+        hasher.update(data)
+    return hasher.hexdigest()
+
+
+def digest_json(value: Any) -> str:
+    """Digest of the canonical JSON of ``value`` (converted with :func:`_jsonable` first)."""
+    return digest(canonical_json(_jsonable(value)))
+
+
+def _strip(data: dict[str, Any], fields: frozenset[str]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if key not in fields}
+
+
+@dataclass(frozen=True)
+class _MessageDigest:
+    full: str
+    instructions: str
+    user_prompt: str
+    rest: str
+
+
+def _digest_message(message: ModelMessage) -> _MessageDigest:
+    try:
+        data = _MESSAGE_ADAPTER.dump_python(message, mode="json")
+    except Exception as error:
+        raise FingerprintError(f"cannot serialize a {type(message).__name__}: {error}") from error
+    data = _strip(data, _VOLATILE_MESSAGE_FIELDS)
+    parts = [_strip(part, _VOLATILE_PART_FIELDS) for part in data.get("parts", [])]
+    data["parts"] = parts
+    instructions: list[Any] = []
+    user_prompt: list[Any] = []
+    rest_parts: list[Any] = []
+    for original, part in zip(message.parts, parts, strict=True):
+        if isinstance(original, SystemPromptPart):
+            instructions.append(part)
+        elif isinstance(original, UserPromptPart):
+            user_prompt.append(part)
+        else:
+            rest_parts.append(part)
+    if isinstance(message, ModelRequest):
+        instructions.append(data.get("instructions"))
+    rest = {key: value for key, value in data.items() if key not in ("parts", "instructions")}
+    rest["parts"] = rest_parts
+    return _MessageDigest(
+        full=digest(canonical_json(data)),
+        instructions=digest(canonical_json(instructions)),
+        user_prompt=digest(canonical_json(user_prompt)),
+        rest=digest(canonical_json(rest)),
+    )
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """Running digests over a prefix of the conversation."""
+
+    full: str = ""
+    instructions: str = ""
+    user_prompt: str = ""
+    rest: str = ""
+
+    def extend(self, message: _MessageDigest) -> _Chain:
+        return _Chain(
+            full=digest(self.full, message.full),
+            instructions=digest(self.instructions, message.instructions),
+            user_prompt=digest(self.user_prompt, message.user_prompt),
+            rest=digest(self.rest, message.rest),
+        )
+
+
+@dataclass
+class MessageDigests:
+    """Per-run memo of message digests and of the digests of conversation prefixes.
+
+    Messages are keyed by identity (a reference is kept, so an id is never reused while memoised).
+    A conversation that extends the one seen last reuses its prefix digests: the cost of a step is
+    the cost of its new messages.
+    """
+
+    _by_id: dict[int, tuple[ModelMessage, _MessageDigest]] = field(default_factory=dict)
+    _prefix_ids: list[int] = field(default_factory=list)
+    _prefix_chains: list[_Chain] = field(default_factory=list)
+
+    def message(self, message: ModelMessage) -> _MessageDigest:
+        known = self._by_id.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        computed = _digest_message(message)
+        self._by_id[id(message)] = (message, computed)
+        return computed
+
+    def chain(self, messages: Sequence[ModelMessage]) -> _Chain:
+        """Digests of the whole conversation ``messages``."""
+        shared = 0
+        limit = min(len(messages), len(self._prefix_ids))
+        while shared < limit and self._prefix_ids[shared] == id(messages[shared]):
+            shared += 1
+        del self._prefix_ids[shared:]
+        del self._prefix_chains[shared:]
+        current = self._prefix_chains[-1] if self._prefix_chains else _Chain()
+        for message in messages[shared:]:
+            current = current.extend(self.message(message))
+            self._prefix_ids.append(id(message))
+            self._prefix_chains.append(current)
+        return current
+
+    def conversation(self, messages: Sequence[ModelMessage]) -> str:
+        """One digest of the whole conversation so far."""
+        return self.chain(messages).full
+
+
+# Human-readable names of request components, in the order a warning lists them.
+COMPONENT_LABELS: dict[str, str] = {
+    "model": "model",
+    "instructions": "instructions/system prompt",
+    "user_prompt": "user prompt",
+    "history": "message history",
+    "settings": "model settings",
+    "tools": "tool definitions",
+    "output_schema": "output schema",
+    "parameters": "other request parameters",
+}
+
+
+@dataclass(frozen=True)
+class RequestFingerprint:
+    """The digest that keys a model request, and the digests of its components."""
+
+    digest: str
+    components: dict[str, Any]
+
+
+def _settings_json(settings: Mapping[str, Any] | None) -> Any:
+    if not settings:
+        return {}
+    return _jsonable({key: value for key, value in settings.items() if key not in TRANSPORT_SETTINGS})
+
+
+def _tool_json(tool: Any) -> Any:
+    data = _jsonable(tool)
+    if isinstance(data, dict):
+        return _strip(data, _LOCAL_TOOL_FIELDS)
+    return data
+
+
+def _parameter_fields(parameters: Any) -> dict[str, Any]:
+    if not dataclasses.is_dataclass(parameters):
+        raise FingerprintError(f"unexpected request parameters type {type(parameters).__name__}")
+    return {
+        item.name: getattr(parameters, item.name)
+        for item in dataclasses.fields(parameters)
+        if not item.name.startswith("_")
+    }
+
+
+def fingerprint_request(
+    *,
+    model_identity: str,
+    messages: Sequence[ModelMessage],
+    settings: Mapping[str, Any] | None,
+    parameters: Any,
+    memo: MessageDigests,
+) -> RequestFingerprint:
+    """Fingerprint a model request as the provider will see it.
+
+    ``settings`` and ``parameters`` should be what ``model.prepare_request(...)`` returned, so that
+    the model's own settings and its customisation of the parameters are covered.
+    Raises :class:`FingerprintError` when any part cannot be reduced to canonical JSON.
+    """
+    chain = memo.chain(messages)
+    fields = _parameter_fields(parameters)
+    tools = {
+        str(getattr(tool, "name", index)): digest(canonical_json(_tool_json(tool)))
+        for index, tool in enumerate(fields.pop("function_tools", []) or [])
+    }
+    output = {name: _jsonable(fields.pop(name, None)) for name in _OUTPUT_PARAMS}
+    if isinstance(output.get("output_tools"), list):
+        output["output_tools"] = [
+            _strip(tool, _LOCAL_TOOL_FIELDS) if isinstance(tool, dict) else tool
+            for tool in output["output_tools"]
+        ]
+    instruction_params = {name: _jsonable(fields.pop(name, None)) for name in _INSTRUCTION_PARAMS}
+    other = _jsonable(fields)
+    components: dict[str, Any] = {
+        "model": digest(model_identity),
+        "instructions": digest(chain.instructions, canonical_json(instruction_params)),
+        "user_prompt": chain.user_prompt,
+        "history": chain.rest,
+        "settings": digest(canonical_json(_settings_json(settings))),
+        "tools": tools,
+        "output_schema": digest(canonical_json(output)),
+        "parameters": digest(canonical_json(other)),
+        "message_count": len(messages),
+    }
+    overall = digest(
+        "model-request/v1",
+        model_identity,
+        chain.full,
+        canonical_json({key: value for key, value in components.items() if key != "message_count"}),
+    )
+    return RequestFingerprint(digest=overall, components=components)
+
+
+def changed_components(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Readable names of the components that differ between two fingerprints, in a stable order."""
+    changes: list[str] = []
+    for name, label in COMPONENT_LABELS.items():
+        before, after = recorded.get(name), current.get(name)
+        if before == after:
+            continue
+        if name == "tools" and isinstance(before, dict) and isinstance(after, dict):
+            added = sorted(set(after) - set(before))
+            removed = sorted(set(before) - set(after))
+            edited = sorted(tool for tool in set(before) & set(after) if before[tool] != after[tool])
+            details = [f"+{tool}" for tool in added] + [f"-{tool}" for tool in removed]
+            details += [f"~{tool}" for tool in edited]
+            changes.append(f"{label} ({', '.join(details)})")
+        elif name == "history":
+            count_before, count_after = recorded.get("message_count"), current.get("message_count")
+            if count_before != count_after:
+                changes.append(f"{label} ({count_after} messages, was {count_before})")
+            else:
+                changes.append(label)
+        else:
+            changes.append(label)
+    return changes
+
+
+def fingerprint_tool_call(
+    *,
+    tool_name: str,
+    raw_arguments: Any,
+    tool_call_id: str | None,
+    conversation: str,
+    lineage: str,
+) -> str:
+    """Digest of one tool call: the tool, its arguments as the model sent them, and where it happened."""
+    if isinstance(raw_arguments, str):
+        # The model's JSON text; parse it so that whitespace or key order does not matter.
+        try:
+            arguments: Any = json.loads(raw_arguments) if raw_arguments.strip() else {}
+        except ValueError:
+            arguments = {"__raw__": raw_arguments}
+    else:
+        arguments = raw_arguments
+    return digest(
+        "tool-call/v1",
+        tool_name,
+        canonical_json(_jsonable(arguments)),
+        tool_call_id or "",
+        conversation,
+        lineage,
+    )

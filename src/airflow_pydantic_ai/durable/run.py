@@ -1,0 +1,510 @@
+"""One attempt of a durable agent run: what the cache holds, what this attempt replays and records.
+
+A :class:`DurableRun` is created at the start of a task attempt with the task instance's
+:class:`~airflow_pydantic_ai.durable.store.StepStore`. The caching model and toolset ask it, step by
+step, whether a step can be replayed (:meth:`DurableRun.model_step`, :meth:`DurableRun.tool_step`),
+and hand it what live steps produced. It keeps the counts for the summary line.
+
+Keys chain: each model step's key covers the key of the model step before it (its *lineage*), and
+each tool call's key covers the model step that asked for it. A step that runs live because its
+request changed therefore makes every later step run live too, even where a model reuses tool call
+ids or gives the same answer to a changed request.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from pydantic_ai.exceptions import ModelRetry, ToolFailed
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.models import Model
+from pydantic_ai.usage import RunUsage, UsageLimits
+
+from airflow_pydantic_ai.durable.codec import (
+    UnsupportedValue,
+    decode_response,
+    decode_value,
+    encode_response,
+    encode_value,
+)
+from airflow_pydantic_ai.durable.fingerprint import (
+    FingerprintError,
+    MessageDigests,
+    changed_components,
+    digest,
+    fingerprint_request,
+    fingerprint_tool_call,
+)
+from airflow_pydantic_ai.durable.store import StepEntry, StepStore
+
+__all__ = [
+    "SUMMARY_TEMPLATE",
+    "DurableRun",
+    "DurableStorageError",
+    "ModelStep",
+    "StepCounts",
+    "ToolStep",
+]
+
+SUMMARY_TEMPLATE = (
+    "Durable: replayed {replayed} cached steps ({replayed_model} model, {replayed_tool} tool), "
+    "executed {executed} new steps ({executed_model} model, {executed_tool} tool)"
+)
+"""The summary every attempt logs at INFO. Dashboards grep for it: never change its wording."""
+
+StorageErrors = Literal["warn", "fail"]
+_RAISED_OUTCOMES: dict[str, type[Exception]] = {"ModelRetry": ModelRetry, "ToolFailed": ToolFailed}
+
+
+class DurableStorageError(RuntimeError):
+    """Writing a step to the cache failed and ``durable_storage_errors`` is ``fail``."""
+
+
+class TaskLogger(Protocol):
+    def info(self, msg: str, *args: Any, **kwargs: Any) -> Any: ...
+    def warning(self, msg: str, *args: Any, **kwargs: Any) -> Any: ...
+    def error(self, msg: str, *args: Any, **kwargs: Any) -> Any: ...
+    def debug(self, msg: str, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@dataclass
+class StepCounts:
+    model: int = 0
+    tool: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.model + self.tool
+
+
+def _no_redaction(value: Any) -> Any:
+    return value
+
+
+@dataclass
+class DurableRun:
+    """The state of one durable attempt. Create it with :meth:`open`."""
+
+    store: StepStore
+    attempt: int
+    log: TaskLogger
+    redact: Callable[[Any], Any] = _no_redaction
+    storage_errors: StorageErrors = "warn"
+    entries: dict[str, StepEntry] = field(default_factory=dict)
+    replayed: StepCounts = field(default_factory=StepCounts)
+    executed: StepCounts = field(default_factory=StepCounts)
+    not_persisted: int = 0
+    saved_input_tokens: int = 0
+    saved_output_tokens: int = 0
+    _digests: MessageDigests = field(default_factory=MessageDigests)
+    _lineage: str = "start"
+    _model_steps: int = 0
+    _occurrences: Counter[str] = field(default_factory=Counter)
+    _recorded_at_step: dict[int, StepEntry] = field(default_factory=dict)
+    _diverged: bool = False
+    _last_model_entry: str | None = None
+
+    @classmethod
+    def open(
+        cls,
+        store: StepStore,
+        *,
+        attempt: int,
+        log: TaskLogger,
+        redact: Callable[[Any], Any] = _no_redaction,
+        storage_errors: StorageErrors = "warn",
+    ) -> DurableRun:
+        """Load the task instance's cache and start an attempt."""
+        run = cls(store=store, attempt=attempt, log=log, redact=redact, storage_errors=storage_errors)
+        loaded = store.load()
+        run.entries = loaded.entries
+        for entry in loaded.entries.values():
+            if entry.kind != "model":
+                continue
+            known = run._recorded_at_step.get(entry.step)
+            if known is None or entry.attempt > known.attempt:
+                run._recorded_at_step[entry.step] = entry
+        log.info(
+            "Durable: cache at %s holds %d steps from earlier attempts (%d bytes read)",
+            store.location,
+            len(loaded.entries),
+            loaded.bytes_read,
+        )
+        return run
+
+    # --- model steps ---------------------------------------------------------------------------
+
+    def model_step(
+        self,
+        model: Model,
+        messages: Sequence[ModelMessage],
+        settings: Any,
+        parameters: Any,
+    ) -> ModelStep:
+        """Fingerprint a model request and look it up."""
+        self._model_steps += 1
+        number = self._model_steps
+        label = f"{model.system}:{model.model_name}"
+        try:
+            prepared_settings, prepared_parameters = model.prepare_request(settings, parameters)
+            fingerprint = fingerprint_request(
+                model_identity=label,
+                messages=messages,
+                settings=prepared_settings,
+                parameters=prepared_parameters,
+                memo=self._digests,
+            )
+        except FingerprintError as error:
+            self.log.warning(
+                "Durable: model step %d (%s) cannot be fingerprinted (%s); it runs live, is not "
+                "recorded, and every later step runs live too",
+                number,
+                label,
+                error,
+            )
+            self._lineage = uuid.uuid4().hex  # fail closed: nothing downstream can match
+            self._diverged = True
+            return ModelStep(run=self, number=number, label=label, key=None)
+        base = fingerprint.digest
+        occurrence = self._occurrences[base]
+        self._occurrences[base] += 1
+        key = digest("model-step/v1", base, str(occurrence), self._lineage)
+        self._lineage = key
+        step = ModelStep(run=self, number=number, label=label, key=key, components=fingerprint.components)
+        entry = self.entries.get(step.entry_name)
+        if entry is not None:
+            try:
+                step.replayed = decode_response(entry.payload["response"])
+            except Exception as error:
+                self.log.warning(
+                    "Durable: cache entry %s%s cannot be rebuilt (%s); model step %d runs live",
+                    self.store.location,
+                    entry.name,
+                    error,
+                    number,
+                )
+            else:
+                step.replayed_usage = entry.usage
+                return step
+        self._explain_miss(step)
+        return step
+
+    def _explain_miss(self, step: ModelStep) -> None:
+        if self._diverged:
+            return
+        recorded = self._recorded_at_step.get(step.number)
+        if recorded is None or recorded.attempt >= self.attempt:
+            return
+        self._diverged = True
+        changes = changed_components(recorded.components, step.components) or [
+            "an earlier step (same request, different history of replays)"
+        ]
+        self.log.warning(
+            "Durable: model step %d differs from what attempt %d recorded; changed: %s. "
+            "It runs live, and so does every step after it.",
+            step.number,
+            recorded.attempt,
+            ", ".join(changes),
+        )
+
+    # --- tool steps ----------------------------------------------------------------------------
+
+    def tool_step(
+        self,
+        tool_name: str,
+        tool_args: dict[str, Any],
+        tool_call_id: str | None,
+        messages: Sequence[ModelMessage],
+    ) -> ToolStep:
+        """Fingerprint a tool call and look it up."""
+        label = f"{tool_name} (call {tool_call_id})" if tool_call_id else tool_name
+        try:
+            base = fingerprint_tool_call(
+                tool_name=tool_name,
+                raw_arguments=_raw_arguments(messages, tool_call_id, tool_args),
+                tool_call_id=tool_call_id,
+                conversation=self._digests.conversation(messages),
+                lineage=self._lineage,
+            )
+        except FingerprintError as error:
+            self.log.warning(
+                "Durable: tool %s cannot be fingerprinted (%s); it runs live and is not recorded",
+                label,
+                error,
+            )
+            return ToolStep(run=self, label=label, tool_name=tool_name, key=None)
+        occurrence = self._occurrences[base]
+        self._occurrences[base] += 1
+        step = ToolStep(
+            run=self, label=label, tool_name=tool_name, key=digest("tool-step/v1", base, str(occurrence))
+        )
+        entry = self.entries.get(step.entry_name)
+        if entry is not None:
+            outcome = entry.payload.get("outcome")
+            try:
+                if outcome == "return":
+                    step.replayed = (decode_value(entry.payload["value"]),)
+                elif outcome in _RAISED_OUTCOMES:
+                    step.replayed_error = _RAISED_OUTCOMES[outcome](str(entry.payload["message"]))
+                else:
+                    raise UnsupportedValue(f"unknown outcome {outcome!r}")
+            except (UnsupportedValue, KeyError) as error:
+                self.log.warning(
+                    "Durable: cache entry %s%s cannot be rebuilt (%s); tool %s runs live",
+                    self.store.location,
+                    entry.name,
+                    error,
+                    label,
+                )
+                step.replayed, step.replayed_error = None, None
+        return step
+
+    # --- recording -----------------------------------------------------------------------------
+
+    def _persist(self, entry: StepEntry, what: str) -> None:
+        redacted = self.redact(entry.payload)
+        if redacted != entry.payload:
+            self.not_persisted += 1
+            self.log.warning(
+                "Durable: %s contains a value registered as secret; it is not cached and will run again "
+                "on a retry",
+                what,
+            )
+            return
+        try:
+            self.store.put(entry)
+        except Exception as error:
+            self.not_persisted += 1
+            self.log.error(
+                "Durable: could not store %s at %s%s: %s", what, self.store.location, entry.name, error
+            )
+            if self.storage_errors == "fail":
+                raise DurableStorageError(
+                    f"could not store {what} in the durable cache at {self.store.location}: {error}. "
+                    "Fix the storage, or set [pydantic_ai] durable_storage_errors = warn to run on without it."
+                ) from error
+
+    def forget_last_model_step(self) -> None:
+        """Drop the last model answer of this attempt (it made the run fail) so a retry asks again."""
+        if self._last_model_entry is None:
+            return
+        self.entries.pop(self._last_model_entry, None)
+        try:
+            self.store.remove(self._last_model_entry)
+        except Exception as error:
+            self.log.error(
+                "Durable: could not delete %s%s: %s", self.store.location, self._last_model_entry, error
+            )
+        else:
+            self.log.info(
+                "Durable: the last model answer made the run fail; it was removed from the cache so a retry asks again"
+            )
+
+    # --- reporting -----------------------------------------------------------------------------
+
+    def summary(self) -> str:
+        return SUMMARY_TEMPLATE.format(
+            replayed=self.replayed.total,
+            replayed_model=self.replayed.model,
+            replayed_tool=self.replayed.tool,
+            executed=self.executed.total,
+            executed_model=self.executed.model,
+            executed_tool=self.executed.tool,
+        )
+
+    def log_summary(self) -> None:
+        self.log.info(self.summary())
+        if self.replayed.total:
+            self.log.info(
+                "Durable: the replay saved %d model requests (%d input tokens, %d output tokens) and %d tool calls",
+                self.replayed.model,
+                self.saved_input_tokens,
+                self.saved_output_tokens,
+                self.replayed.tool,
+            )
+        if self.not_persisted:
+            self.log.warning(
+                "Durable: %d steps of this attempt were not persisted and will run again on a retry",
+                self.not_persisted,
+            )
+
+    def finish(self) -> None:
+        """The task succeeded and its result is pushed: delete the cache."""
+        self.store.clear()
+        self.log.info("Durable: task succeeded; deleted the cache at %s", self.store.location)
+
+    def usage_limits(self, limits: UsageLimits | None) -> UsageLimits | None:
+        """``limits`` adjusted so that replayed steps do not count against them."""
+        if limits is None:
+            return None
+        adjusted = ReplayAwareUsageLimits(
+            **{
+                name: getattr(limits, name)
+                for name in limits.__dataclass_fields__
+                if not name.startswith("_")
+            }
+        )
+        adjusted.run = self
+        return adjusted
+
+
+@dataclass
+class ModelStep:
+    """A model request of a durable run, replayed or live."""
+
+    run: DurableRun
+    number: int
+    label: str
+    key: str | None
+    components: dict[str, Any] = field(default_factory=dict)
+    replayed: ModelResponse | None = None
+    replayed_usage: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def entry_name(self) -> str:
+        return f"model-{self.key}.json"
+
+    def use_replay(self) -> ModelResponse | None:
+        """The cached response, counted as replayed, or None if the step must run live."""
+        if self.replayed is None:
+            return None
+        run = self.run
+        run.replayed.model += 1
+        run.saved_input_tokens += int(self.replayed_usage.get("input_tokens") or 0)
+        run.saved_output_tokens += int(self.replayed_usage.get("output_tokens") or 0)
+        run._last_model_entry = self.entry_name
+        run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
+        return self.replayed
+
+    def record(self, response: ModelResponse) -> None:
+        run = self.run
+        run.executed.model += 1
+        run.log.info(
+            "Durable: model step %d (%s) ran live in %.2f s",
+            self.number,
+            self.label,
+            time.monotonic() - self.started,
+        )
+        if self.key is None:
+            return
+        usage = {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens}
+        entry = StepEntry(
+            kind="model",
+            key=self.key,
+            step=self.number,
+            attempt=run.attempt,
+            label=self.label,
+            payload={"response": encode_response(response)},
+            components=self.components,
+            usage=usage,
+        )
+        run._last_model_entry = entry.name
+        run._persist(entry, f"model step {self.number} ({self.label})")
+
+
+@dataclass
+class ToolStep:
+    """A tool call of a durable run, replayed or live."""
+
+    run: DurableRun
+    label: str
+    tool_name: str
+    key: str | None
+    replayed: tuple[Any] | None = None
+    replayed_error: Exception | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def entry_name(self) -> str:
+        return f"tool-{self.key}.json"
+
+    @property
+    def is_replay(self) -> bool:
+        return self.replayed is not None or self.replayed_error is not None
+
+    def replay(self) -> Any:
+        """Return (or raise) what the tool did when it was recorded."""
+        self.run.replayed.tool += 1
+        self.run.log.info("Durable: tool %s replayed from the cache", self.label)
+        if self.replayed_error is not None:
+            raise self.replayed_error
+        assert self.replayed is not None
+        return self.replayed[0]
+
+    def _finish(self) -> int:
+        self.run.executed.tool += 1
+        self.run.log.info("Durable: tool %s ran live in %.2f s", self.label, time.monotonic() - self.started)
+        return self.run._model_steps
+
+    def record_return(self, value: Any) -> None:
+        step_number = self._finish()
+        if self.key is None:
+            return
+        try:
+            encoded = encode_value(value)
+        except UnsupportedValue as error:
+            self.run.not_persisted += 1
+            self.run.log.warning("Durable: the result of tool %s is not cached: %s", self.label, error)
+            return
+        self._write(step_number, {"outcome": "return", "value": encoded})
+
+    def record_raise(self, error: ModelRetry | ToolFailed) -> None:
+        step_number = self._finish()
+        if self.key is None:
+            return
+        self._write(step_number, {"outcome": type(error).__name__, "message": error.message})
+
+    def _write(self, step_number: int, payload: dict[str, Any]) -> None:
+        assert self.key is not None
+        entry = StepEntry(
+            kind="tool",
+            key=self.key,
+            step=step_number,
+            attempt=self.run.attempt,
+            label=self.tool_name,
+            payload=payload,
+        )
+        self.run._persist(entry, f"tool {self.label}")
+
+
+def _raw_arguments(
+    messages: Sequence[ModelMessage], tool_call_id: str | None, fallback: dict[str, Any]
+) -> Any:
+    """The arguments exactly as the model sent them (validated ones can iterate in hash-seed order)."""
+    if tool_call_id is not None:
+        for message in reversed(messages):
+            if not isinstance(message, ModelResponse):
+                continue
+            for part in message.parts:
+                if isinstance(part, ToolCallPart) and part.tool_call_id == tool_call_id:
+                    return part.args
+            break
+    return fallback
+
+
+@dataclass(repr=False, kw_only=True)
+class ReplayAwareUsageLimits(UsageLimits):
+    """Usage limits that count only live steps: replayed requests and tool calls are free."""
+
+    run: DurableRun | None = None
+
+    def _live(self, usage: RunUsage) -> RunUsage:
+        if self.run is None:
+            return usage
+        return replace(
+            usage,
+            requests=max(0, usage.requests - self.run.replayed.model),
+            tool_calls=max(0, usage.tool_calls - self.run.replayed.tool),
+        )
+
+    def check_before_request(self, usage: RunUsage) -> None:
+        super().check_before_request(self._live(usage))
+
+    def check_before_tool_call(self, projected_usage: RunUsage) -> None:
+        super().check_before_tool_call(self._live(projected_usage))

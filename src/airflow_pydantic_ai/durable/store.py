@@ -1,0 +1,275 @@
+"""The cache of one task instance: one small JSON object per step, under one readable prefix.
+
+Layout: ``{base}/{dag_id}/{run_id}/{task_id}/{map_index}/{kind}-{key}.json``. Each id is one path
+segment (percent-encoded where needed), so ``etl`` + ``load_data`` never meets ``etl_load`` +
+``data``. A step is written once, atomically: a single PUT on object stores, a temporary file
+plus rename on local disks. Nothing is ever rewritten, so the bytes written grow with the size of
+the steps, not with their square, and a crash loses at most the step in flight.
+
+Loading lists the prefix once and fetches the entries in one batched call (concurrent on object
+stores). An entry that is torn, garbled, foreign, or of a future format is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
+
+__all__ = [
+    "ENTRY_FORMAT",
+    "SCHEMA_VERSION",
+    "CorruptEntry",
+    "LoadedCache",
+    "StepEntry",
+    "StepStore",
+    "TaskIdentity",
+]
+
+ENTRY_FORMAT = "airflow-pydantic-ai/step"
+SCHEMA_VERSION = 1
+_SAFE_CHARACTERS = "-_.:+~@=,"
+
+StepKind = Literal["model", "tool"]
+
+
+class CorruptEntry(ValueError):
+    """A stored entry that must not be replayed; the message says why."""
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """What a cache is keyed by: one task instance, across all of its tries."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+
+    def segments(self) -> list[str]:
+        """The path segments of this task instance's cache, each safe and readable."""
+        return [_segment(self.dag_id), _segment(self.run_id), _segment(self.task_id), str(self.map_index)]
+
+
+def _segment(value: str) -> str:
+    encoded = quote(value, safe=_SAFE_CHARACTERS)
+    if encoded in ("", ".", ".."):
+        # Never a path traversal nor an empty segment.
+        encoded = encoded.replace(".", "%2E") or "%00"
+    return encoded
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StepEntry:
+    """One recorded step: the request's fingerprint and what it produced."""
+
+    kind: StepKind
+    key: str
+    step: int
+    """For a model step, its number within the attempt that recorded it (1-based)."""
+    attempt: int
+    label: str
+    """The model's identity or the tool's name, for logs."""
+    payload: dict[str, Any]
+    components: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.key}.json"
+
+    def to_bytes(self) -> bytes:
+        body: dict[str, Any] = {
+            "format": ENTRY_FORMAT,
+            "version": SCHEMA_VERSION,
+            "kind": self.kind,
+            "key": self.key,
+            "step": self.step,
+            "attempt": self.attempt,
+            "label": self.label,
+            "components": self.components,
+            "usage": self.usage,
+            "payload": self.payload,
+        }
+        body["checksum"] = _checksum(body)
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, name: str) -> StepEntry:
+        """Parse and verify a stored entry; raises :class:`CorruptEntry` with the reason."""
+        if not data:
+            raise CorruptEntry("it is empty")
+        try:
+            body = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise CorruptEntry(f"it is not valid JSON (truncated or garbled): {error}") from None
+        if not isinstance(body, dict) or body.get("format") != ENTRY_FORMAT:
+            raise CorruptEntry("it is not an airflow-pydantic-ai step entry")
+        version = body.get("version")
+        if version != SCHEMA_VERSION:
+            raise CorruptEntry(
+                f"its schema version {version!r} is not {SCHEMA_VERSION} (written by another release)"
+            )
+        stored_checksum = body.pop("checksum", None)
+        if stored_checksum != _checksum(body):
+            raise CorruptEntry("its checksum does not match its content")
+        try:
+            entry = cls(
+                kind=body["kind"],
+                key=body["key"],
+                step=int(body["step"]),
+                attempt=int(body["attempt"]),
+                label=str(body["label"]),
+                payload=dict(body["payload"]),
+                components=dict(body.get("components") or {}),
+                usage=dict(body.get("usage") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise CorruptEntry(f"a field is missing or malformed: {error}") from None
+        if entry.kind not in ("model", "tool") or entry.name != name:
+            raise CorruptEntry("its kind or key does not match its name")
+        return entry
+
+
+@dataclass
+class LoadedCache:
+    """The usable entries of a task instance's cache, by name, and the names that were skipped."""
+
+    entries: dict[str, StepEntry] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    bytes_read: int = 0
+
+
+@dataclass
+class StepStore:
+    """A task instance's cache on an fsspec filesystem (what ``ObjectStoragePath`` wraps).
+
+    ``root`` is the filesystem path of the task instance's prefix, ``location`` its URL for people.
+    """
+
+    fs: Any
+    root: str
+    location: str
+    warn: Callable[[str], None] = print
+    bytes_written: int = 0
+    objects_written: int = 0
+
+    @classmethod
+    def for_task(
+        cls, fs: Any, base: str, base_url: str, identity: TaskIdentity, *, warn: Callable[[str], None] = print
+    ) -> StepStore:
+        """The store of ``identity`` under ``base`` (a path on ``fs``) known to people as ``base_url``."""
+        suffix = "/".join(identity.segments())
+        return cls(
+            fs=fs,
+            root=f"{base.rstrip('/')}/{suffix}",
+            location=f"{base_url.rstrip('/')}/{suffix}/",
+            warn=warn,
+        )
+
+    @property
+    def is_local(self) -> bool:
+        protocol = getattr(self.fs, "protocol", "")
+        protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+        return any(name in ("file", "local") for name in protocols)
+
+    def _path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def load(self) -> LoadedCache:
+        """List the prefix once and fetch every entry in one batched call."""
+        loaded = LoadedCache()
+        try:
+            listing = self.fs.ls(self.root, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return loaded
+        paths = [
+            str(path)
+            for path in listing
+            if str(path).rsplit("/", 1)[-1].endswith(".json")
+            and not str(path).rsplit("/", 1)[-1].startswith(".")
+        ]
+        if not paths:
+            return loaded
+        contents = self.fs.cat(paths, on_error="return")
+        if not isinstance(contents, dict):  # a single path comes back as bytes
+            contents = {paths[0]: contents}
+        for path, data in sorted(contents.items()):
+            name = str(path).rsplit("/", 1)[-1]
+            if isinstance(data, BaseException):
+                loaded.skipped[name] = f"it could not be read: {data}"
+                continue
+            loaded.bytes_read += len(data)
+            try:
+                loaded.entries[name] = StepEntry.from_bytes(data, name=name)
+            except CorruptEntry as error:
+                loaded.skipped[name] = str(error)
+        for name, reason in loaded.skipped.items():
+            self.warn(
+                f"Durable: ignoring cache entry {self.location}{name}: {reason}; that step will run live"
+            )
+        return loaded
+
+    def put(self, entry: StepEntry) -> None:
+        """Write one entry atomically. Raises the storage error; the caller decides what it means."""
+        data = entry.to_bytes()
+        path = self._path(entry.name)
+        if self.is_local:
+            self._put_local(path, data)
+        else:
+            self.fs.pipe_file(path, data)
+        self.bytes_written += len(data)
+        self.objects_written += 1
+
+    def _put_local(self, path: str, data: bytes) -> None:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        temporary = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+            raise
+
+    def remove(self, name: str) -> None:
+        """Delete one entry if it exists."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self._path(name))
+
+    def clear(self) -> None:
+        """Delete the whole prefix (and, on local disks, the parent folders it leaves empty)."""
+        try:
+            self.fs.rm(self.root, recursive=True)
+        except FileNotFoundError:
+            return
+        if self.is_local:
+            parent = os.path.dirname(self.root)
+            for _ in range(3):  # task_id, run_id, dag_id folders; never the configured base itself
+                try:
+                    os.rmdir(parent)
+                except OSError:
+                    break
+                parent = os.path.dirname(parent)
+
+    def exists(self) -> bool:
+        try:
+            return bool(self.fs.exists(self.root)) and bool(self.fs.ls(self.root, detail=False))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
