@@ -43,9 +43,7 @@ __all__ = [
     "fingerprint_request",
 ]
 
-TRANSPORT_SETTINGS = frozenset(
-    {"timeout", "request_timeout", "first_event_timeout", "max_retries", "extra_headers"}
-)
+TRANSPORT_SETTINGS = frozenset({"timeout", "request_timeout", "first_event_timeout", "max_retries", "extra_headers"})
 """Model settings that change how a request travels, not what it asks: never part of a fingerprint."""
 
 # Fields that differ between two attempts at the same conversation.
@@ -293,8 +291,7 @@ def fingerprint_request(
     output = {name: _jsonable(fields.pop(name, None)) for name in _OUTPUT_PARAMS}
     if isinstance(output.get("output_tools"), list):
         output["output_tools"] = [
-            _strip(tool, _LOCAL_TOOL_FIELDS) if isinstance(tool, dict) else tool
-            for tool in output["output_tools"]
+            _strip(tool, _LOCAL_TOOL_FIELDS) if isinstance(tool, dict) else tool for tool in output["output_tools"]
         ]
     instruction_params = {name: _jsonable(fields.pop(name, None)) for name in _INSTRUCTION_PARAMS}
     other = _jsonable(fields)

@@ -240,9 +240,7 @@ class DurableRun:
             return ToolStep(run=self, label=label, tool_name=tool_name, key=None)
         occurrence = self._occurrences[base]
         self._occurrences[base] += 1
-        step = ToolStep(
-            run=self, label=label, tool_name=tool_name, key=digest("tool-step/v1", base, str(occurrence))
-        )
+        step = ToolStep(run=self, label=label, tool_name=tool_name, key=digest("tool-step/v1", base, str(occurrence)))
         entry = self.entries.get(step.entry_name)
         if entry is not None:
             outcome = entry.payload.get("outcome")
@@ -271,8 +269,7 @@ class DurableRun:
         if redacted != entry.payload:
             self.not_persisted += 1
             self.log.warning(
-                "Durable: %s contains a value registered as secret; it is not cached and will run again "
-                "on a retry",
+                "Durable: %s contains a value registered as secret; it is not cached and will run again on a retry",
                 what,
             )
             return
@@ -280,9 +277,7 @@ class DurableRun:
             self.store.put(entry)
         except Exception as error:
             self.not_persisted += 1
-            self.log.error(
-                "Durable: could not store %s at %s%s: %s", what, self.store.location, entry.name, error
-            )
+            self.log.error("Durable: could not store %s at %s%s: %s", what, self.store.location, entry.name, error)
             if self.storage_errors == "fail":
                 raise DurableStorageError(
                     f"could not store {what} in the durable cache at {self.store.location}: {error}. "
@@ -297,9 +292,7 @@ class DurableRun:
         try:
             self.store.remove(self._last_model_entry)
         except Exception as error:
-            self.log.error(
-                "Durable: could not delete %s%s: %s", self.store.location, self._last_model_entry, error
-            )
+            self.log.error("Durable: could not delete %s%s: %s", self.store.location, self._last_model_entry, error)
         else:
             self.log.info(
                 "Durable: the last model answer made the run fail; it was removed from the cache so a retry asks again"
@@ -343,11 +336,7 @@ class DurableRun:
         if limits is None:
             return None
         adjusted = ReplayAwareUsageLimits(
-            **{
-                name: getattr(limits, name)
-                for name in limits.__dataclass_fields__
-                if not name.startswith("_")
-            }
+            **{name: getattr(limits, name) for name in limits.__dataclass_fields__ if not name.startswith("_")}
         )
         adjusted.run = self
         return adjusted
@@ -473,9 +462,7 @@ class ToolStep:
         self.run._persist(entry, f"tool {self.label}")
 
 
-def _raw_arguments(
-    messages: Sequence[ModelMessage], tool_call_id: str | None, fallback: dict[str, Any]
-) -> Any:
+def _raw_arguments(messages: Sequence[ModelMessage], tool_call_id: str | None, fallback: dict[str, Any]) -> Any:
     """The arguments exactly as the model sent them (validated ones can iterate in hash-seed order)."""
     if tool_call_id is not None:
         for message in reversed(messages):

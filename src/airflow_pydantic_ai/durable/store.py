@@ -118,9 +118,7 @@ class StepEntry:
             raise CorruptEntry("it is not an airflow-pydantic-ai step entry")
         version = body.get("version")
         if version != SCHEMA_VERSION:
-            raise CorruptEntry(
-                f"its schema version {version!r} is not {SCHEMA_VERSION} (written by another release)"
-            )
+            raise CorruptEntry(f"its schema version {version!r} is not {SCHEMA_VERSION} (written by another release)")
         stored_checksum = body.pop("checksum", None)
         if stored_checksum != _checksum(body):
             raise CorruptEntry("its checksum does not match its content")
@@ -197,8 +195,7 @@ class StepStore:
         paths = [
             str(path)
             for path in listing
-            if str(path).rsplit("/", 1)[-1].endswith(".json")
-            and not str(path).rsplit("/", 1)[-1].startswith(".")
+            if str(path).rsplit("/", 1)[-1].endswith(".json") and not str(path).rsplit("/", 1)[-1].startswith(".")
         ]
         if not paths:
             return loaded
@@ -216,9 +213,7 @@ class StepStore:
             except CorruptEntry as error:
                 loaded.skipped[name] = str(error)
         for name, reason in loaded.skipped.items():
-            self.warn(
-                f"Durable: ignoring cache entry {self.location}{name}: {reason}; that step will run live"
-            )
+            self.warn(f"Durable: ignoring cache entry {self.location}{name}: {reason}; that step will run live")
         return loaded
 
     def put(self, entry: StepEntry) -> None:

@@ -1,0 +1,83 @@
+"""``@task.agent``: a TaskFlow function that returns the prompt for an :class:`AgentOperator`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, ClassVar
+
+from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, determine_kwargs, task_decorator_factory
+from airflow.sdk.definitions._internal.types import SET_DURING_EXECUTION
+from airflow.sdk.definitions.context import context_merge
+
+from airflow_pydantic_ai.operators.agent import AgentOperator
+
+__all__ = ["agent_task"]
+
+
+class _AgentDecoratedOperator(DecoratedOperator, AgentOperator):
+    """
+    Calls the decorated function to get the prompt, then runs the agent like :class:`AgentOperator`.
+
+    Every :class:`AgentOperator` argument (``model_id``, ``llm_conn_id``, ``durable``, ``toolsets``...)
+    passes through the decorator.
+
+    :param python_callable: The function; it must return a non-empty string, the prompt.
+    :param op_args: Positional arguments for the function. (templated)
+    :param op_kwargs: Keyword arguments for the function. (templated)
+    """
+
+    template_fields: Sequence[str] = (*DecoratedOperator.template_fields, *AgentOperator.template_fields)
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        **DecoratedOperator.template_fields_renderers,
+        **AgentOperator.template_fields_renderers,
+    }
+    custom_operator_name: str = "@task.agent"
+    overwrite_rtif_after_execution: bool = True
+
+    def __init__(
+        self,
+        *,
+        python_callable: Callable[..., Any],
+        op_args: Collection[Any] | None = None,
+        op_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            python_callable=python_callable,
+            op_args=op_args,
+            op_kwargs=op_kwargs,
+            prompt=SET_DURING_EXECUTION,
+            **kwargs,
+        )
+
+    def execute(self, context: Any) -> Any:
+        context_merge(context, self.op_kwargs)
+        kwargs = determine_kwargs(self.python_callable, self.op_args, context)
+        prompt = self.python_callable(*self.op_args, **kwargs)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise TypeError(
+                f"@task.agent function {self.python_callable.__name__!r} must return the prompt as a non-empty "
+                f"string, got {prompt!r}"
+            )
+        self.prompt = prompt
+        self.render_template_fields(context)
+        return AgentOperator.execute(self, context)
+
+
+def agent_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
+    """
+    Turn a function that returns a prompt into an agent task (``@task.agent``).
+
+    Accepts every :class:`~airflow_pydantic_ai.operators.agent.AgentOperator` argument::
+
+        @task.agent(model_id="openai:gpt-4o", durable=True, retries=2)
+        def summarize(text: str) -> str:
+            return f"Summarize: {text}"
+
+    :param python_callable: The function to decorate.
+    """
+    return task_decorator_factory(
+        python_callable=python_callable,
+        decorated_operator_class=_AgentDecoratedOperator,
+        **kwargs,
+    )

@@ -1,0 +1,126 @@
+"""Airflow side of durability: where a task instance's cache lives, and opening it for an attempt.
+
+Reads ``[pydantic_ai] durable_cache_path`` and ``durable_storage_errors``, builds the
+``ObjectStoragePath`` at execution time (a path that names a connection looks it up in its
+constructor), checks it, and opens a :class:`~airflow_pydantic_ai.durable.DurableRun` for the
+current try. Every misconfiguration fails here, before any model call, with a message naming the
+option to fix.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
+
+__all__ = [
+    "CONFIG_SECTION",
+    "DurableConfigError",
+    "default_cache_path",
+    "resolve_cache_path",
+    "start_durable_run",
+]
+
+CONFIG_SECTION = "pydantic_ai"
+_STORAGE_ERROR_MODES = ("warn", "fail")
+_HINT = "use file:///absolute/folder, s3://conn_id@bucket/prefix, gs://conn_id@bucket/prefix or abfs://..."
+
+
+class DurableConfigError(ValueError):
+    """The durable cache is misconfigured; the message names the option and the fix."""
+
+
+def default_cache_path() -> str:
+    """The local folder used when ``durable_cache_path`` is empty."""
+    from airflow.configuration import AIRFLOW_HOME
+
+    return os.path.join(AIRFLOW_HOME, "pydantic_ai", "durable_cache")
+
+
+def _configured(option: str, fallback: str) -> str:
+    from airflow.configuration import conf
+
+    return str(conf.get(CONFIG_SECTION, option, fallback=fallback) or "").strip()
+
+
+def resolve_cache_path(override: str | None = None) -> Any:
+    """The ``ObjectStoragePath`` of the cache base, checked; raises :class:`DurableConfigError`."""
+    import fsspec
+    from airflow.sdk import ObjectStoragePath
+
+    option = "durable_cache_path" if override is None else "AgentOperator(durable_cache_path=...)"
+    url = (override if override is not None else _configured("durable_cache_path", "")).strip()
+    if not url:
+        url = "file://" + default_cache_path()
+    scheme = urlsplit(url).scheme if "://" in url else ""
+    if not scheme:
+        if not url.startswith("/"):
+            raise DurableConfigError(f"{option} {url!r} is neither a URL nor an absolute path; {_HINT}")
+        url = "file://" + url
+        scheme = "file"
+    known = set(fsspec.available_protocols()) | {"file", "local"}
+    if scheme not in known:
+        raise DurableConfigError(f"{option} {url!r} has an unknown scheme {scheme!r}; {_HINT}")
+    try:
+        path = ObjectStoragePath(url)
+    except ImportError as error:
+        raise DurableConfigError(
+            f"{option} {url!r} needs a filesystem that is not installed ({error}); install the provider for "
+            f"{scheme!r} (for s3: apache-airflow-providers-amazon and s3fs)"
+        ) from error
+    except Exception as error:
+        raise DurableConfigError(
+            f"{option} {url!r} cannot be opened: {error}. Check the connection id in the URL "
+            "(scheme://conn_id@bucket/prefix) and that the connection exists."
+        ) from error
+    if scheme in ("file", "local"):
+        folder = path.path
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError as error:
+            raise DurableConfigError(f"{option} {url!r}: cannot create the folder: {error}") from error
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise DurableConfigError(f"{option} {url!r}: the folder is not writable by this worker")
+    return path
+
+
+def _storage_error_mode() -> str:
+    mode = _configured("durable_storage_errors", "warn").lower() or "warn"
+    if mode not in _STORAGE_ERROR_MODES:
+        raise DurableConfigError(
+            f"[{CONFIG_SECTION}] durable_storage_errors {mode!r} is not one of {', '.join(_STORAGE_ERROR_MODES)}"
+        )
+    return mode
+
+
+def _redactor() -> Any:
+    try:
+        from airflow.sdk._shared.secrets_masker import redact
+    except ImportError:  # pragma: no cover - older task SDKs
+        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
+    return redact
+
+
+def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) -> DurableRun:
+    """Open the durable cache of the running task instance and start this try."""
+    ti = context["ti"]
+    base = resolve_cache_path(cache_path)
+    storage_errors = _storage_error_mode()
+    identity = TaskIdentity(
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
+    )
+    base_url = str(base)
+    store = StepStore.for_task(base.fs, base.path, base_url, identity, warn=log.warning)
+    log.info("Durable: the cache of this task instance is %s (delete it to force a fresh run)", store.location)
+    return DurableRun.open(
+        store,
+        attempt=int(getattr(ti, "try_number", 1) or 1),
+        log=log,
+        redact=_redactor(),
+        storage_errors=storage_errors,  # type: ignore[arg-type]
+    )

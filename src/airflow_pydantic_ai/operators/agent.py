@@ -1,0 +1,170 @@
+"""AgentOperator: run a pydantic-ai agent in an Airflow task, optionally durable across retries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import BaseOperator
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.usage import UsageLimits
+
+    from airflow_pydantic_ai.durable import DurableRun
+
+__all__ = ["AgentOperator"]
+
+class AgentOperator(BaseOperator):
+    """
+    Run a pydantic-ai agent on a prompt and push its output to XCom.
+
+    The agent is either built from the arguments (``model_id`` / ``llm_conn_id``, ``system_prompt``,
+    ``output_type``, ``toolsets``, ``agent_params``) or given ready-made with ``agent=`` (its
+    ``@agent.tool`` tools included). A structured output (a pydantic model or dataclass) is pushed
+    as its JSON dict.
+
+    With ``durable=True`` each model response and tool result is recorded in an object-storage cache
+    keyed by dag / run / task / map index. When the task fails and Airflow retries it, unchanged
+    steps replay from the cache instead of calling the model or repeating the tool; a changed step
+    runs live with a warning naming what changed, and every step after it runs live too. The cache
+    is deleted once the task has succeeded and its result is pushed; delete it by hand to force a
+    fresh run. The location is printed at the start of the task log.
+
+    :param prompt: The user prompt. (templated)
+    :param llm_conn_id: A ``pydantic_ai`` connection (API key, base URL, model in its extra). With
+        none, ``model_id`` is resolved by pydantic-ai itself using the usual environment credentials.
+    :param model_id: A pydantic-ai model id such as ``"openai:gpt-4o"`` or ``"test"``; overrides the
+        connection's model. (templated)
+    :param system_prompt: Instructions for the agent. (templated)
+    :param output_type: The agent's output type: ``str`` (default), a pydantic model, a dataclass...
+    :param toolsets: Toolsets (e.g. ``FunctionToolset``, MCP servers) the agent may use.
+    :param agent_params: Further keyword arguments for ``pydantic_ai.Agent(...)``.
+    :param usage_limits: A ``pydantic_ai.usage.UsageLimits``; replayed steps do not count against it.
+    :param durable: Record steps and replay them on a retry.
+    :param agent: A ready ``pydantic_ai.Agent`` to run instead of building one. ``model_id`` or
+        ``llm_conn_id``, if given, override its model for the run.
+    :param durable_cache_path: Cache base for this task, overriding ``[pydantic_ai] durable_cache_path``.
+    """
+
+    template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"prompt": "md", "system_prompt": "md"}
+    ui_color = "#e8d5f5"
+
+    def __init__(
+        self,
+        *,
+        prompt: str,
+        llm_conn_id: str | None = None,
+        model_id: str | None = None,
+        system_prompt: str | None = None,
+        output_type: Any = str,
+        toolsets: Sequence[Any] | None = None,
+        agent_params: dict[str, Any] | None = None,
+        usage_limits: UsageLimits | None = None,
+        durable: bool = False,
+        agent: Agent[Any, Any] | None = None,
+        durable_cache_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if agent is not None:
+            conflicts = {"system_prompt": system_prompt, "toolsets": toolsets, "agent_params": agent_params}
+            given = [name for name, value in conflicts.items() if value]
+            if output_type is not str:
+                given.append("output_type")
+            if given:
+                raise ValueError(
+                    f"AgentOperator got agent= together with {', '.join(given)}; configure those on your "
+                    "pydantic_ai.Agent instead (model_id / llm_conn_id may still override its model)."
+                )
+        elif llm_conn_id is None and model_id is None:
+            raise ValueError(
+                "AgentOperator needs a model: set model_id= (e.g. 'openai:gpt-4o', or 'test' for TestModel), "
+                "llm_conn_id= (a pydantic_ai connection), or agent= (a ready pydantic_ai.Agent)."
+            )
+        self.prompt = prompt
+        self.llm_conn_id = llm_conn_id
+        self.model_id = model_id
+        self.system_prompt = system_prompt
+        self.output_type = output_type
+        self.toolsets = list(toolsets) if toolsets else None
+        self.agent_params = dict(agent_params or {})
+        self.usage_limits = usage_limits
+        self.durable = durable
+        self.agent = agent
+        self.durable_cache_path = durable_cache_path
+
+    def _model(self) -> Any:
+        """The model to run with: from the connection, the model id, or None for the agent's own."""
+        if self.llm_conn_id:
+            from airflow_pydantic_ai.hooks.pydantic_ai import PydanticAIHook
+
+            return PydanticAIHook(llm_conn_id=self.llm_conn_id).get_model(self.model_id or None)
+        return self.model_id or None
+
+    def build_agent(self) -> Agent[Any, Any]:
+        """The agent this task runs (a fresh one unless ``agent=`` was given)."""
+        if self.agent is not None:
+            return self.agent
+        from pydantic_ai import Agent
+
+        return Agent(
+            self._model(),
+            output_type=self.output_type,
+            instructions=self.system_prompt or None,
+            toolsets=self.toolsets,
+            **self.agent_params,
+        )
+
+    def execute(self, context: Any) -> Any:
+        if not isinstance(self.prompt, str) or not self.prompt.strip():
+            raise ValueError(f"AgentOperator prompt must be a non-empty string, got {self.prompt!r}")
+        agent = self.build_agent()
+        model = self._model() if self.agent is not None else None
+        run: DurableRun | None = None
+        if self.durable:
+            from airflow_pydantic_ai.durability import start_durable_run
+
+            run = start_durable_run(context, log=self.log, cache_path=self.durable_cache_path)
+        result = self._run_agent(agent, model, run)
+        output = _to_xcom(result.output)
+        if run is not None:
+            # Delete the cache only once the result is safely pushed: a failure before this point
+            # leaves every recorded step for the retry.
+            if self.do_xcom_push:
+                from airflow.sdk.bases.xcom import BaseXCom
+
+                context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
+            run.finish()
+        return output
+
+    def _run_agent(self, agent: Agent[Any, Any], model: Any, run: DurableRun | None) -> Any:
+        from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+        if run is None:
+            return agent.run_sync(self.prompt, model=model, usage_limits=self.usage_limits)
+        from airflow_pydantic_ai.durable import DurableCapability
+
+        try:
+            return agent.run_sync(
+                self.prompt,
+                model=model,
+                usage_limits=run.usage_limits(self.usage_limits),
+                capabilities=[DurableCapability(run)],
+            )
+        except UnexpectedModelBehavior:
+            # The model's last answer exhausted its retries: replaying it would fail the same way.
+            run.forget_last_model_step()
+            raise
+        finally:
+            run.log_summary()
+
+
+def _to_xcom(output: Any) -> Any:
+    """JSON-friendly form of an agent output (a pydantic model becomes its JSON dict)."""
+    if output is None or isinstance(output, (str, int, float, bool)):
+        return output
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(output)
