@@ -1,0 +1,120 @@
+"""Provider metadata that Airflow reads through the ``apache_airflow_provider`` entry point.
+
+The content mirrors ``provider.yaml`` at the repository root; a unit test keeps the two equal.
+Airflow imports this module whenever it discovers providers, and an import error here breaks
+every Airflow command in the environment, so it imports nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["get_provider_info"]
+
+_INTEGRATION = "Pydantic AI"
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Return the provider metadata as Airflow's ``provider_info.schema.json`` describes it.
+
+    A new dict is built on every call because Airflow adds keys (``documentation-url``) to the
+    dict it receives.
+
+    :return: The provider metadata.
+    """
+    return {
+        "package-name": "airflow-pydantic-ai",
+        "name": "Pydantic AI",
+        "description": (
+            "Run `pydantic-ai <https://ai.pydantic.dev/>`__ agents in Airflow tasks. With "
+            "``durable=True`` the model responses and tool results of a run are cached, so a "
+            "retried task replays the unchanged steps instead of repeating them.\n"
+        ),
+        "state": "ready",
+        "source-date-epoch": 1795335511,
+        "versions": ["0.1.0"],
+        "integrations": [
+            {
+                "integration-name": _INTEGRATION,
+                "external-doc-url": "https://ai.pydantic.dev/",
+                "how-to-guide": ["/docs/operators.rst"],
+                "tags": ["ai", "llm"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": ["airflow_pydantic_ai.hooks.pydantic_ai"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": ["airflow_pydantic_ai.operators.agent"],
+            }
+        ],
+        "connection-types": [
+            {
+                "connection-type": "pydantic_ai",
+                "hook-class-name": "airflow_pydantic_ai.hooks.pydantic_ai.PydanticAIHook",
+                "hook-name": "Pydantic AI",
+                "conn-fields": {
+                    "model": {
+                        "label": "Model",
+                        "description": (
+                            "pydantic-ai model id, provider:model, e.g. openai:gpt-4o or "
+                            "anthropic:claude-sonnet-4-5. An operator's model_id overrides it."
+                        ),
+                        "schema": {"type": ["string", "null"]},
+                    },
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "port", "login"],
+                    "relabeling": {"host": "Base URL", "password": "API key"},
+                    "placeholders": {
+                        "host": "optional, e.g. http://localhost:11434/v1",
+                        "password": "optional; the provider's environment variable is used if empty",
+                    },
+                },
+            }
+        ],
+        "task-decorators": [
+            {
+                "class-name": "airflow_pydantic_ai.decorators.agent.agent_task",
+                "name": "agent",
+            }
+        ],
+        "config": {
+            "pydantic_ai": {
+                "description": "Settings of the airflow-pydantic-ai provider.",
+                "options": {
+                    "durable_cache_path": {
+                        "description": (
+                            "Base location of the durable agent cache, as an ObjectStoragePath URL "
+                            "(file:///path, s3://conn_id@bucket/prefix, gs://conn_id@bucket/prefix, ...). "
+                            "Each task instance writes under "
+                            "{base}/{dag_id}/{run_id}/{task_id}/{map_index}/; delete that folder to "
+                            "force a fresh run. Empty means the local folder "
+                            "{AIRFLOW_HOME}/pydantic_ai/durable_cache, which only helps when the retry "
+                            "runs on the same machine as the failed attempt."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "s3://aws_default@my-bucket/airflow/agent-cache",
+                        "default": "",
+                    },
+                    "durable_storage_errors": {
+                        "description": (
+                            "What a durable run does when writing a cache entry fails: warn logs a "
+                            "warning and the run goes on (that step will not be replayed on a retry); "
+                            "fail fails the task. One of: warn, fail."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "fail",
+                        "default": "warn",
+                    },
+                },
+            }
+        },
+    }
