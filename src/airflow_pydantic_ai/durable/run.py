@@ -108,6 +108,7 @@ class DurableRun:
     _recorded_at_step: dict[int, StepEntry] = field(default_factory=dict)
     _diverged: bool = False
     _last_model_entry: str | None = None
+    _pending_tool_replays: int = 0
 
     @classmethod
     def open(
@@ -190,9 +191,35 @@ class DurableRun:
                 )
             else:
                 step.replayed_usage = entry.usage
+                self._pending_tool_replays = self._cached_tool_calls(messages, step.replayed)
                 return step
+        self._pending_tool_replays = 0
         self._explain_miss(step)
         return step
+
+    def _cached_tool_calls(self, messages: Sequence[ModelMessage], response: ModelResponse) -> int:
+        """How many of a replayed response's tool calls are cached too (they will not count as live calls)."""
+        calls = [part for part in response.parts if isinstance(part, ToolCallPart)]
+        if not calls:
+            return 0
+        conversation = self._digests.conversation([*messages, response])
+        occurrences = Counter(self._occurrences)
+        cached = 0
+        for call in calls:
+            try:
+                base = fingerprint_tool_call(
+                    tool_name=call.tool_name,
+                    raw_arguments=call.args,
+                    tool_call_id=call.tool_call_id,
+                    conversation=conversation,
+                    lineage=self._lineage,
+                )
+            except FingerprintError:
+                continue
+            key = digest("tool-step/v1", base, str(occurrences[base]))
+            occurrences[base] += 1
+            cached += f"tool-{key}.json" in self.entries
+        return cached
 
     def _explain_miss(self, step: ModelStep) -> None:
         if self._diverged:
@@ -494,4 +521,8 @@ class ReplayAwareUsageLimits(UsageLimits):
         super().check_before_request(self._live(usage))
 
     def check_before_tool_call(self, projected_usage: RunUsage) -> None:
-        super().check_before_tool_call(self._live(projected_usage))
+        # Checked before a batch of calls runs: the batch's calls that are cached will not be live.
+        live = self._live(projected_usage)
+        if self.run is not None:
+            live = replace(live, tool_calls=max(0, live.tool_calls - self.run._pending_tool_replays))
+        super().check_before_tool_call(live)

@@ -1,0 +1,419 @@
+"""The durable package on its own: real pydantic-ai agents, a real local filesystem, no Airflow run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.usage import UsageLimits
+
+from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
+
+
+@dataclass
+class RecordingLog:
+    """A logger that keeps what it was told, by level."""
+
+    lines: list[tuple[str, str]] = field(default_factory=list)
+
+    def _add(self, level: str, msg: str, *args: Any, **_: Any) -> None:
+        self.lines.append((level, msg % args if args else msg))
+
+    def info(self, msg: str, *args: Any, **kw: Any) -> None:
+        self._add("info", msg, *args)
+
+    def warning(self, msg: str, *args: Any, **kw: Any) -> None:
+        self._add("warning", msg, *args)
+
+    def error(self, msg: str, *args: Any, **kw: Any) -> None:
+        self._add("error", msg, *args)
+
+    def debug(self, msg: str, *args: Any, **kw: Any) -> None:
+        self._add("debug", msg, *args)
+
+    def at(self, level: str) -> list[str]:
+        return [text for lvl, text in self.lines if lvl == level]
+
+
+@dataclass
+class Harness:
+    base: str
+    identity: TaskIdentity = TaskIdentity("dag", "manual__2026-11-22T04:00:00+00:00", "task", -1)
+    attempt: int = 0
+    logs: list[RecordingLog] = field(default_factory=list)
+
+    def store(self, log: RecordingLog) -> StepStore:
+        return StepStore.for_task(
+            fsspec.filesystem("file"), self.base, f"file://{self.base}", self.identity, warn=log.warning
+        )
+
+    def open(self) -> tuple[DurableRun, RecordingLog]:
+        self.attempt += 1
+        log = RecordingLog()
+        self.logs.append(log)
+        return DurableRun.open(self.store(log), attempt=self.attempt, log=log), log
+
+    def run(self, agent: Agent[Any, Any], prompt: str, **kwargs: Any) -> tuple[Any, DurableRun, RecordingLog]:
+        run, log = self.open()
+        try:
+            result = agent.run_sync(prompt, capabilities=[DurableCapability(run)], **kwargs)
+        finally:
+            run.log_summary()
+        return result, run, log
+
+
+@pytest.fixture
+def harness(tmp_path) -> Harness:
+    return Harness(base=str(tmp_path / "cache"))
+
+
+def summary_of(log: RecordingLog) -> str:
+    return next(line for line in log.at("info") if line.startswith("Durable: replayed "))
+
+
+def counting_agent(calls: dict[str, int], fail_on: set[str] | None = None, **agent_kwargs: Any) -> Agent[Any, Any]:
+    agent: Agent[Any, Any] = Agent(TestModel(), **agent_kwargs)
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        calls["lookup"] = calls.get("lookup", 0) + 1
+        return f"weather in {city}: sunny"
+
+    @agent.tool_plain
+    def notify(message: str) -> str:
+        calls["notify"] = calls.get("notify", 0) + 1
+        if fail_on and "notify" in fail_on:
+            fail_on.discard("notify")
+            raise ConnectionError("chat API down")
+        return "sent"
+
+    return agent
+
+
+def test_retry_replays_unchanged_steps(harness):
+    calls: dict[str, int] = {}
+    agent = counting_agent(calls, fail_on={"notify"})
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "weather report")
+    first = harness.logs[-1]
+    assert summary_of(first) == (
+        "Durable: replayed 0 cached steps (0 model, 0 tool), executed 2 new steps (1 model, 1 tool)"
+    )
+    result, run, log = harness.run(agent, "weather report")
+    assert summary_of(log) == (
+        "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)"
+    )
+    assert calls == {"lookup": 1, "notify": 2}
+    assert "sunny" in result.output
+    assert not log.at("warning")
+
+
+def test_full_replay_returns_same_output_without_calling_anything(harness):
+    calls: dict[str, int] = {}
+    agent = counting_agent(calls)
+    first, _, _ = harness.run(agent, "weather report")
+    second, run, log = harness.run(agent, "weather report")
+    assert second.output == first.output
+    assert calls == {"lookup": 1, "notify": 1}
+    assert run.replayed.model == 2 and run.replayed.tool == 2 and run.executed.total == 0
+    assert run.saved_input_tokens == first.usage.input_tokens
+    # Replayed steps cost no tokens in the second run's usage.
+    assert second.usage.input_tokens == 0
+
+
+def test_prompt_change_reruns_model_and_downstream_tools(harness):
+    calls: dict[str, int] = {}
+    agent = counting_agent(calls)
+    harness.run(agent, "weather report")
+    _, run, log = harness.run(agent, "weather report, please")
+    assert run.replayed.total == 0
+    assert calls == {"lookup": 2, "notify": 2}, "TestModel reuses tool call ids; the tools must still rerun"
+    [warning] = log.at("warning")
+    assert "model step 1 differs from what attempt 1 recorded" in warning
+    assert "changed: user prompt" in warning
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"instructions": "be terse"}, "instructions/system prompt"),
+        ({"model_settings": {"temperature": 0.1}}, "model settings"),
+        ({"output_type": int}, "output schema"),
+    ],
+)
+def test_changed_component_is_named(harness, change, expected):
+    calls: dict[str, int] = {}
+    harness.run(counting_agent(calls), "weather report")
+    _, run, log = harness.run(counting_agent(calls, **change), "weather report")
+    [warning] = log.at("warning")
+    assert expected in warning
+    assert run.replayed.total == 0
+
+
+def test_settings_change_invalidates_downstream_even_if_answer_is_identical(harness):
+    calls: dict[str, int] = {}
+    harness.run(counting_agent(calls), "weather report")
+    # TestModel answers the same whatever the temperature: the tools must rerun all the same.
+    _, run, _ = harness.run(counting_agent(calls, model_settings={"temperature": 0.3}), "weather report")
+    assert calls == {"lookup": 2, "notify": 2}
+    assert run.replayed.total == 0
+
+
+def test_transport_settings_do_not_invalidate(harness):
+    calls: dict[str, int] = {}
+    harness.run(counting_agent(calls, model_settings={"timeout": 10}), "weather report")
+    _, run, log = harness.run(counting_agent(calls, model_settings={"timeout": 99, "max_retries": 3}), "weather report")
+    assert run.executed.total == 0 and run.replayed.total == 4
+    assert not log.at("warning")
+
+
+def test_tool_definition_change_is_named(harness):
+    calls: dict[str, int] = {}
+    harness.run(counting_agent(calls), "weather report")
+    agent = counting_agent(calls)
+
+    @agent.tool_plain
+    def extra(x: int) -> int:
+        return x
+
+    _, _, log = harness.run(agent, "weather report")
+    [warning] = log.at("warning")
+    assert "tool definitions (+extra)" in warning
+
+
+def test_deleting_the_cache_forces_a_full_rerun(harness):
+    calls: dict[str, int] = {}
+    agent = counting_agent(calls)
+    _, run, _ = harness.run(agent, "weather report")
+    run.store.clear()
+    _, run, log = harness.run(agent, "weather report")
+    assert run.replayed.total == 0 and calls == {"lookup": 2, "notify": 2}
+    assert not log.at("warning")
+
+
+def test_finish_deletes_everything(harness, tmp_path):
+    agent = counting_agent({})
+    _, run, _ = harness.run(agent, "weather report")
+    assert run.store.exists()
+    run.finish()
+    assert not run.store.exists()
+    assert list((tmp_path / "cache").iterdir()) == [], "empty dag/run/task folders are removed too"
+
+
+def _parallel_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if len(messages) == 1:
+        return ModelResponse(
+            parts=[ToolCallPart("slow_then_fast", {"n": n}, tool_call_id=f"call-{n}") for n in range(4)]
+        )
+    return ModelResponse(parts=[TextPart("done")])
+
+
+def test_parallel_tools_finishing_in_reverse_order_all_replay(harness):
+    finished: list[int] = []
+    toolset: FunctionToolset[Any] = FunctionToolset()
+
+    @toolset.tool_plain
+    async def slow_then_fast(n: int) -> int:
+        await asyncio.sleep(0.05 * (4 - n))  # call 0 finishes last
+        finished.append(n)
+        return n * 10
+
+    agent: Agent[Any, Any] = Agent(FunctionModel(_parallel_model), toolsets=[toolset])
+    harness.run(agent, "go")
+    assert finished == [3, 2, 1, 0]
+    _, run, log = harness.run(agent, "go")
+    assert finished == [3, 2, 1, 0], "no tool ran again"
+    assert run.replayed.tool == 4 and run.replayed.model == 2 and run.executed.total == 0
+
+
+class Forecast(BaseModel):
+    city: str
+    celsius: float
+
+
+def test_structured_output_replays_identically(harness):
+    agent: Agent[Any, Forecast] = Agent(
+        TestModel(custom_output_args={"city": "Oslo", "celsius": 3.5}), output_type=Forecast
+    )
+    first, _, _ = harness.run(agent, "forecast")
+    second, run, _ = harness.run(agent, "forecast")
+    assert second.output == first.output == Forecast(city="Oslo", celsius=3.5)
+    assert run.replayed.model == 1 and run.executed.total == 0
+
+
+async def _stream_fn(messages: list[ModelMessage], info: AgentInfo):
+    if len(messages) == 1:
+        yield {0: DeltaToolCall(name="lookup", json_args='{"city": "Oslo"}', tool_call_id="c1")}
+    else:
+        yield "it is "
+        yield "sunny"
+
+
+def test_streaming_records_live_and_replays_as_completed_stream(harness):
+    calls: dict[str, int] = {}
+    agent: Agent[Any, Any] = Agent(FunctionModel(stream_function=_stream_fn))
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        calls[city] = calls.get(city, 0) + 1
+        return "sunny"
+
+    async def stream_once() -> tuple[str, DurableRun]:
+        run, log = harness.open()
+        chunks: list[str] = []
+        async with agent.run_stream("weather?", capabilities=[DurableCapability(run)]) as result:
+            async for text in result.stream_text(delta=True):
+                chunks.append(text)
+        run.log_summary()
+        return "".join(chunks), run
+
+    first, run1 = asyncio.run(stream_once())
+    second, run2 = asyncio.run(stream_once())
+    assert first == second == "it is sunny"
+    assert run1.executed.model == 2 and run2.replayed.model == 2 and run2.executed.total == 0
+    assert calls == {"Oslo": 1}
+
+
+def test_model_retry_from_a_tool_is_replayed_as_a_retry(harness):
+    calls = {"n": 0}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        tool_returns = [m for m in messages if any(p.part_kind in ("tool-return", "retry-prompt") for p in m.parts)]
+        if len(tool_returns) < 2:
+            return ModelResponse(
+                parts=[ToolCallPart("check", {"value": len(tool_returns)}, tool_call_id=f"c{len(tool_returns)}")]
+            )
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent: Agent[Any, Any] = Agent(FunctionModel(model))
+
+    @agent.tool_plain(retries=3)
+    def check(value: int) -> str:
+        calls["n"] += 1
+        if value == 0:
+            raise ModelRetry("value must be positive")
+        return "fine"
+
+    harness.run(agent, "go")
+    _, run, _ = harness.run(agent, "go")
+    assert calls["n"] == 2
+    assert run.replayed.tool == 2 and run.executed.total == 0
+
+
+def test_unexpected_model_behavior_answer_is_not_replayed(harness):
+    answers = {"n": 0}
+
+    def stubborn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answers["n"] += 1
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"wrong": 1}, tool_call_id="o")])
+
+    class Out(BaseModel):
+        value: int
+
+    agent: Agent[Any, Out] = Agent(FunctionModel(stubborn), output_type=Out, retries=1)
+    run, _ = harness.open()
+    with pytest.raises(UnexpectedModelBehavior):
+        try:
+            agent.run_sync("go", capabilities=[DurableCapability(run)])
+        except UnexpectedModelBehavior:
+            run.forget_last_model_step()
+            raise
+    live_first = answers["n"]
+    run2, _ = harness.open()
+    with pytest.raises(UnexpectedModelBehavior):
+        agent.run_sync("go", capabilities=[DurableCapability(run2)])
+    assert run2.replayed.model == live_first - 1, "every answer but the last one replays"
+    assert run2.executed.model == 1
+
+
+def test_replayed_steps_do_not_count_against_usage_limits(harness):
+    calls: dict[str, int] = {}
+    agent = counting_agent(calls)
+    harness.run(agent, "weather report")
+    run, _ = harness.open()
+    # Two requests were recorded; a limit of one live request is enough for a full replay.
+    result = agent.run_sync(
+        "weather report",
+        capabilities=[DurableCapability(run)],
+        usage_limits=run.usage_limits(UsageLimits(request_limit=1, tool_calls_limit=1)),
+    )
+    assert run.replayed.model == 2 and "sunny" in result.output
+    run.store.clear()
+    run3, _ = harness.open()
+    with pytest.raises(UsageLimitExceeded):
+        agent.run_sync(
+            "weather report",
+            capabilities=[DurableCapability(run3)],
+            usage_limits=run3.usage_limits(UsageLimits(request_limit=1)),
+        )
+
+
+def test_user_agent_is_left_unmodified(harness):
+    agent = counting_agent({})
+    toolsets_before = list(agent.toolsets)
+    harness.run(agent, "weather report")
+    assert list(agent.toolsets) == toolsets_before
+    assert isinstance(agent.model, TestModel)
+
+
+def test_toolset_capability_tools_are_covered(harness):
+    from pydantic_ai.capabilities import Toolset
+
+    calls = {"n": 0}
+    toolset: FunctionToolset[Any] = FunctionToolset()
+
+    @toolset.tool_plain
+    def side_effect() -> str:
+        calls["n"] += 1
+        return "done"
+
+    agent: Agent[Any, Any] = Agent(TestModel(), capabilities=[Toolset(toolset)])
+    harness.run(agent, "go")
+    _, run, _ = harness.run(agent, "go")
+    assert calls["n"] == 1 and run.replayed.tool == 1
+
+
+def test_unserializable_tool_result_runs_but_is_not_cached(harness):
+    calls = {"n": 0}
+
+    class Opaque:
+        pass
+
+    agent: Agent[Any, Any] = Agent(TestModel())
+
+    @agent.tool_plain
+    def make() -> Any:
+        calls["n"] += 1
+        return Opaque()
+
+    with pytest.raises(Exception):  # noqa: B017 - pydantic-ai itself cannot send an Opaque to the model
+        harness.run(agent, "go")
+    warnings = harness.logs[-1].at("warning")
+    assert any("result of tool make" in w and "is not cached" in w for w in warnings)
+
+
+def test_logs_never_contain_the_prompt_at_info(harness):
+    secret_prompt = "the launch code is 0000-hunter2"
+    harness.run(counting_agent({}), secret_prompt)
+    assert not any("hunter2" in line for _, line in harness.logs[-1].lines)
+
+
+def test_python_logging_logger_works(harness, caplog):
+    caplog.set_level(logging.INFO)
+    log = logging.getLogger("durable-test")
+    store = StepStore.for_task(fsspec.filesystem("file"), harness.base, "file://x", harness.identity, warn=log.warning)
+    run = DurableRun.open(store, attempt=1, log=log)
+    Agent(TestModel()).run_sync("hi", capabilities=[DurableCapability(run)])
+    run.log_summary()
+    assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 1 new steps (1 model, 0 tool)" in caplog.text
