@@ -49,7 +49,9 @@ class RecordingLog:
 @dataclass
 class Harness:
     base: str
-    identity: TaskIdentity = TaskIdentity("dag", "manual__2026-11-22T04:00:00+00:00", "task", -1)
+    identity: TaskIdentity = field(
+        default_factory=lambda: TaskIdentity("dag", "manual__2026-11-22T04:00:00+00:00", "task")
+    )
     attempt: int = 0
     logs: list[RecordingLog] = field(default_factory=list)
 
@@ -110,7 +112,7 @@ def test_retry_replays_unchanged_steps(harness):
     assert summary_of(first) == (
         "Durable: replayed 0 cached steps (0 model, 0 tool), executed 2 new steps (1 model, 1 tool)"
     )
-    result, run, log = harness.run(agent, "weather report")
+    result, _run, log = harness.run(agent, "weather report")
     assert summary_of(log) == (
         "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)"
     )
@@ -123,7 +125,7 @@ def test_full_replay_returns_same_output_without_calling_anything(harness):
     calls: dict[str, int] = {}
     agent = counting_agent(calls)
     first, _, _ = harness.run(agent, "weather report")
-    second, run, log = harness.run(agent, "weather report")
+    second, run, _log = harness.run(agent, "weather report")
     assert second.output == first.output
     assert calls == {"lookup": 1, "notify": 1}
     assert run.replayed.model == 2 and run.replayed.tool == 2 and run.executed.total == 0
@@ -232,7 +234,7 @@ def test_parallel_tools_finishing_in_reverse_order_all_replay(harness):
     agent: Agent[Any, Any] = Agent(FunctionModel(_parallel_model), toolsets=[toolset])
     harness.run(agent, "go")
     assert finished == [3, 2, 1, 0]
-    _, run, log = harness.run(agent, "go")
+    _, run, _log = harness.run(agent, "go")
     assert finished == [3, 2, 1, 0], "no tool ran again"
     assert run.replayed.tool == 4 and run.replayed.model == 2 and run.executed.total == 0
 
@@ -270,7 +272,7 @@ def test_streaming_records_live_and_replays_as_completed_stream(harness):
         return "sunny"
 
     async def stream_once() -> tuple[str, DurableRun]:
-        run, log = harness.open()
+        run, _log = harness.open()
         chunks: list[str] = []
         async with agent.run_stream("weather?", capabilities=[DurableCapability(run)]) as result:
             async for text in result.stream_text(delta=True):
