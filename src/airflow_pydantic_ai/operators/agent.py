@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentOperator"]
 
+
 class AgentOperator(BaseOperator):
     """
     Run a pydantic-ai agent on a prompt and push its output to XCom.

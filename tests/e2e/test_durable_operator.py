@@ -1,0 +1,344 @@
+"""AgentOperator and @task.agent under real Airflow runs: dag.test() with real retries."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.toolsets import FunctionToolset
+from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+
+SUMMARY = re.compile(
+    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
+    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
+)
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+CALLS: Counter[str] = Counter()
+
+
+def _try_number() -> int:
+    from airflow.sdk import get_current_context
+
+    return get_current_context()["ti"].try_number
+
+
+def fetch_ticket(ticket_id: int) -> dict:
+    """Fetch a ticket."""
+    CALLS["fetch_ticket"] += 1
+    return {"id": ticket_id, "title": "Login page times out"}
+
+
+def notify_team(ticket_id: int) -> str:
+    """Notify the team; fails on the first try."""
+    CALLS["notify_team"] += 1
+    if _try_number() == 1:
+        raise ConnectionError("chat API down (first try only)")
+    return "posted"
+
+
+def tools() -> FunctionToolset[Any]:
+    return FunctionToolset([fetch_ticket, notify_team])
+
+
+@pytest.fixture(autouse=True)
+def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point [pydantic_ai] durable_cache_path at a fresh folder (through the environment, as a user would)."""
+    base = tmp_path / "durable-cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    CALLS.clear()
+    return base
+
+
+def make_dag(dag_id: str, **default_args: Any):
+    from airflow.sdk import DAG
+
+    return DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        default_args={"retries": 1, "retry_delay": timedelta(0), **default_args},
+    )
+
+
+def summaries(text: str) -> list[tuple[int, ...]]:
+    return [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(text)]
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(item for item in path.rglob("*") if item.is_file()) if path.exists() else []
+
+
+def test_retry_replays_unchanged_steps_and_each_tool_runs_once(capfd, cache_base):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    with make_dag("e2e_unchanged_retry") as dag:
+        AgentOperator(task_id="triage", prompt="Triage ticket 42.", model_id="test", toolsets=[tools()], durable=True)
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert task_states(dr)[("triage", -1)] == ("success", 2)
+    # try 1: model step + fetch_ticket recorded, notify_team failed. try 2: both replayed.
+    assert summaries(out) == [(0, 0, 0, 2, 1, 1), (2, 1, 1, 2, 1, 1)]
+    assert CALLS == {"fetch_ticket": 1, "notify_team": 2}
+    assert "posted" in xcom_value(dr, "triage")
+    location = f"file://{cache_base}/e2e_unchanged_retry/{dr.run_id}/triage/-1/"
+    assert out.count(f"Durable: the cache of this task instance is {location}") == 2
+    assert files_under(cache_base) == [], "the cache is deleted after success"
+
+
+def test_prompt_templated_on_try_number_reruns_model_and_tools(capfd):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    with make_dag("e2e_prompt_change") as dag:
+        AgentOperator(
+            task_id="triage",
+            prompt="Triage ticket 42 (try {{ ti.try_number }}).",
+            model_id="test",
+            toolsets=[tools()],
+            durable=True,
+        )
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert summaries(out) == [(0, 0, 0, 2, 1, 1), (0, 0, 0, 4, 2, 2)]
+    # TestModel reuses its tool call ids: the tools still rerun because their conversation changed.
+    assert CALLS == {"fetch_ticket": 2, "notify_team": 2}
+    assert "Durable: model step 1 differs from what attempt 1 recorded; changed: user prompt." in out
+
+
+def test_deleting_the_cache_between_tries_forces_a_full_rerun(capfd, cache_base):
+    import shutil
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    deleted: list[str] = []
+
+    def delete_cache(context: Any) -> None:
+        ti = context["ti"]
+        folder = cache_base / ti.dag_id / ti.run_id / ti.task_id / "-1"
+        assert folder.is_dir()
+        deleted.extend(item.name for item in folder.iterdir())
+        shutil.rmtree(folder)
+
+    with make_dag("e2e_cache_deleted") as dag:
+        AgentOperator(
+            task_id="triage",
+            prompt="Triage ticket 42.",
+            model_id="test",
+            toolsets=[tools()],
+            durable=True,
+            on_retry_callback=delete_cache,
+        )
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert len(deleted) == 2 and all(name.endswith(".json") for name in deleted)
+    assert summaries(out) == [(0, 0, 0, 2, 1, 1), (0, 0, 0, 4, 2, 2)]
+    assert CALLS == {"fetch_ticket": 2, "notify_team": 2}
+    assert "differs from what attempt" not in out, "a deleted cache is a fresh start, not a change"
+
+
+def test_mapped_tasks_keep_separate_caches(capfd, cache_base):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    seen: dict[int, list[str]] = {}
+
+    def list_cache(context: Any) -> None:
+        ti = context["ti"]
+        task_folder = cache_base / ti.dag_id / ti.run_id / ti.task_id
+        seen[ti.map_index] = sorted(p.name for p in task_folder.iterdir())
+
+    with make_dag("e2e_mapped") as dag:
+        AgentOperator.partial(
+            task_id="triage", model_id="test", toolsets=[tools()], durable=True, on_retry_callback=list_cache
+        ).expand(prompt=["Triage ticket 1.", "Triage ticket 2."])
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert {key: value[0] for key, value in task_states(dr).items()} == {
+        ("triage", 0): "success",
+        ("triage", 1): "success",
+    }
+    assert set(seen) == {0, 1}
+    assert sorted(summaries(out)) == sorted([(0, 0, 0, 2, 1, 1)] * 2 + [(2, 1, 1, 2, 1, 1)] * 2)
+    for index in (0, 1):
+        assert f"/e2e_mapped/{dr.run_id}/triage/{index}/" in out
+    assert CALLS == {"fetch_ticket": 2, "notify_team": 4}
+    assert files_under(cache_base) == []
+
+
+def _reverse_order_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if len(messages) == 1:
+        return ModelResponse(parts=[ToolCallPart("probe", {"n": n}, tool_call_id=f"call-{n}") for n in range(4)])
+    return ModelResponse(parts=[TextPart("all probes done")])
+
+
+def test_parallel_tools_finishing_in_reverse_order_all_replay(capfd):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    finished: list[tuple[int, int]] = []
+
+    async def probe(n: int) -> str:
+        """Probe n; the first call finishes last."""
+        await asyncio.sleep(0.05 * (4 - n))
+        finished.append((_try_number(), n))
+        return f"probe {n} ok"
+
+    agent: Agent[Any, str] = Agent(FunctionModel(_reverse_order_model), tools=[probe])
+    failures = {"left": 1}
+
+    @agent.output_validator
+    def fail_first_try(output: str) -> str:
+        if _try_number() == 1 and failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("downstream store unavailable (first try only)")
+        return output
+
+    with make_dag("e2e_parallel") as dag:
+        AgentOperator(task_id="probe_all", prompt="probe everything", agent=agent, durable=True)
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert finished == [(1, 3), (1, 2), (1, 1), (1, 0)], "only try 1 ran the tools, in reverse order"
+    # try 1 recorded both model steps and 4 tools, then failed; try 2 replays all of it.
+    assert summaries(out) == [(0, 0, 0, 6, 2, 4), (6, 2, 4, 0, 0, 0)]
+    assert xcom_value(dr, "probe_all") == "all probes done"
+
+
+class Triage(BaseModel):
+    ticket_id: int
+    severity: str
+    summary: str
+
+
+def test_structured_output_replays_to_the_same_xcom(capfd):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    model = TestModel(custom_output_args={"ticket_id": 42, "severity": "high", "summary": "login broken"})
+    flaky_agent: Agent[Any, Triage] = Agent(model, output_type=Triage)
+    failures = {"left": 1}
+
+    @flaky_agent.output_validator
+    def fail_first_try(output: Triage) -> Triage:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("result store unavailable (first try only)")
+        return output
+
+    with make_dag("e2e_structured") as dag:
+        AgentOperator(task_id="reference", prompt="Triage 42.", agent=Agent(model, output_type=Triage), durable=True)
+        AgentOperator(task_id="flaky", prompt="Triage 42.", agent=flaky_agent, durable=True)
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    expected = {"ticket_id": 42, "severity": "high", "summary": "login broken"}
+    assert xcom_value(dr, "reference") == expected
+    assert xcom_value(dr, "flaky") == expected
+    assert task_states(dr)[("flaky", -1)] == ("success", 2)
+    # The flaky task's retry answers entirely from the cache.
+    assert (1, 1, 0, 0, 0, 0) in summaries(out)
+
+
+def test_task_agent_decorator_is_durable(capfd, cache_base):
+    from airflow.sdk import task
+
+    with make_dag("e2e_decorator") as dag:
+
+        @task.agent(model_id="test", toolsets=[tools()], durable=True)
+        def triage(ticket_id: int) -> str:
+            return f"Triage ticket {ticket_id}."
+
+        triage(42)
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert summaries(out) == [(0, 0, 0, 2, 1, 1), (2, 1, 1, 2, 1, 1)]
+    assert CALLS == {"fetch_ticket": 1, "notify_team": 2}
+    assert files_under(cache_base) == []
+
+
+def test_ready_agent_with_agent_tool_decorators(capfd):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    agent: Agent[Any, str] = Agent(TestModel(), instructions="triage")
+
+    @agent.tool_plain
+    def lookup(ticket_id: int) -> str:
+        CALLS["lookup"] += 1
+        return "ok"
+
+    @agent.tool_plain
+    def escalate(ticket_id: int) -> str:
+        CALLS["escalate"] += 1
+        if _try_number() == 1:
+            raise TimeoutError("pager timed out")
+        return "escalated"
+
+    with make_dag("e2e_ready_agent") as dag:
+        AgentOperator(task_id="triage", prompt="Triage 42", agent=agent, durable=True)
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "success"
+    assert CALLS == {"lookup": 1, "escalate": 2}
+    assert summaries(out)[-1][:3] == (2, 1, 1)
+
+
+def test_failed_run_keeps_the_cache(capfd, cache_base):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    with make_dag("e2e_keeps_cache", retries=0) as dag:
+        AgentOperator(task_id="triage", prompt="Triage 42.", model_id="test", toolsets=[tools()], durable=True)
+    dr = run_dag(dag)
+    capfd.readouterr()
+    assert dr.state == "failed"
+    kept = files_under(cache_base)
+    assert len(kept) == 2
+    assert {path.name.split("-")[0] for path in kept} == {"model", "tool"}
+    for path in kept:
+        assert path.stat().st_mode & 0o077 == 0, "cache files are readable by their owner only"
+
+
+def test_non_durable_operator_runs_without_a_cache(capfd, cache_base):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    with make_dag("e2e_not_durable") as dag:
+        AgentOperator(task_id="hello", prompt="Say hi.", model_id="test", system_prompt="Be brief.")
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "success"
+    assert xcom_value(dr, "hello") == "success (no tool calls)"
+    assert "Durable:" not in out
+    assert not cache_base.exists()
+
+
+def test_unknown_cache_scheme_fails_before_any_model_call(capfd, monkeypatch):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", "s4://bucket/prefix")
+    with make_dag("e2e_bad_scheme", retries=0) as dag:
+        AgentOperator(task_id="triage", prompt="Triage 42.", model_id="test", toolsets=[tools()], durable=True)
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "failed"
+    assert "durable_cache_path 's4://bucket/prefix' has an unknown scheme 's4'" in out
+    assert CALLS == {}
