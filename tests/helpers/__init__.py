@@ -1,0 +1,1 @@
+"""Shared helpers for the airflow-pydantic-ai test suite."""

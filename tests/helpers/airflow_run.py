@@ -1,0 +1,95 @@
+"""Run a DAG defined inside a test with ``dag.test()`` and inspect the result.
+
+Requires the ``airflow_db`` fixture (a migrated metadata DB).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.models.dagrun import DagRun
+    from airflow.sdk import DAG
+
+
+def sync_dag(dag: DAG) -> None:
+    """Store ``dag`` (serialized DAG + version) in the metadata DB under the ``dags-folder`` bundle.
+
+    ``dag.test()`` only syncs DAGs it finds in bundle folders; one defined in a test
+    function must be written explicitly or ``dag.test()`` finds no DagVersion.
+    """
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(dag_folder=os.devnull, collect_dags=False)
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, "dags-folder", None)
+
+
+def run_dag(dag: DAG, **test_kwargs: Any) -> DagRun:
+    """Store ``dag`` and run it once in-process with ``dag.test()``; return the DagRun.
+
+    ``dag.test()`` does not raise when a task fails: assert on ``dr.state``. Retries run
+    inside this call (use ``retry_delay=timedelta(0)``), in this same process.
+    """
+    sync_dag(dag)
+    return dag.test(**test_kwargs)
+
+
+def task_states(dr: DagRun) -> dict[tuple[str, int], tuple[str | None, int]]:
+    """``{(task_id, map_index): (state, try_number)}`` for every task instance of ``dr``.
+
+    ``try_number`` is 1-based: the number of the last try that ran (2 after one retry).
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state, TaskInstance.try_number)
+            .where(TaskInstance.dag_id == dr.dag_id, TaskInstance.run_id == dr.run_id)
+            .order_by(TaskInstance.task_id, TaskInstance.map_index)
+        ).all()
+    return {
+        (task_id, map_index): (str(state) if state is not None else None, try_number)
+        for task_id, map_index, state, try_number in rows
+    }
+
+
+_MISSING = object()
+
+
+def xcom_value(
+    dr: DagRun, task_id: str, map_index: int = -1, key: str = "return_value", default: Any = _MISSING
+) -> Any:
+    """The (deserialized) XCom ``key`` pushed by ``task_id``/``map_index`` in ``dr``.
+
+    Raises ``KeyError`` when there is none, unless ``default`` is given.
+
+    Values are decoded the way a task would read them (the Task SDK XCom backend, i.e.
+    ``airflow.sdk.serde``): ``XComModel.deserialize_value`` would return tuples and other
+    serde-encoded values nested in a dict as raw ``{"__classname__": ...}`` dicts.
+    """
+    from airflow.models.xcom import XComModel
+    from airflow.sdk.execution_time.xcom import XCom
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(
+            select(XComModel).where(
+                XComModel.dag_id == dr.dag_id,
+                XComModel.run_id == dr.run_id,
+                XComModel.task_id == task_id,
+                XComModel.map_index == map_index,
+                XComModel.key == key,
+            )
+        ).one_or_none()
+        if row is None:
+            if default is _MISSING:
+                raise KeyError(f"no XCom {key!r} for {dr.dag_id}.{task_id}[{map_index}] in {dr.run_id}")
+            return default
+        return XCom.deserialize_value(row)
