@@ -1,0 +1,140 @@
+"""The per-step store on a real local filesystem."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import fsspec
+import pytest
+
+from airflow_pydantic_ai.durable.store import CorruptEntry, StepEntry, StepStore, TaskIdentity
+
+RUN_ID = "manual__2026-11-22T04:00:00+00:00"
+
+
+def make_store(tmp_path, identity: TaskIdentity | None = None, warnings: list[str] | None = None) -> StepStore:
+    base = str(tmp_path / "base")
+    sink = warnings if warnings is not None else []
+    return StepStore.for_task(
+        fsspec.filesystem("file"),
+        base,
+        f"file://{base}",
+        identity or TaskIdentity("dag", RUN_ID, "task"),
+        warn=sink.append,
+    )
+
+
+def entry(key: str = "a" * 64, kind: str = "tool", payload: dict | None = None) -> StepEntry:
+    return StepEntry(
+        kind=kind,  # type: ignore[arg-type]
+        key=key,
+        step=1,
+        attempt=1,
+        label="lookup",
+        payload=payload if payload is not None else {"outcome": "return", "value": {"type": "json", "value": 1}},
+    )
+
+
+def test_location_is_readable_and_keeps_run_id_characters(tmp_path):
+    store = make_store(tmp_path, TaskIdentity("my.dag-1", RUN_ID, "group.task", 3))
+    assert store.location == f"file://{tmp_path}/base/my.dag-1/{RUN_ID}/group.task/3/"
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (TaskIdentity("etl", RUN_ID, "load_data"), TaskIdentity("etl_load", RUN_ID, "data")),
+        (TaskIdentity("a/b", RUN_ID, "c"), TaskIdentity("a", RUN_ID, "b/c")),
+        (TaskIdentity("dag", RUN_ID, "task", -1), TaskIdentity("dag", RUN_ID, "task", 0)),
+        (TaskIdentity("dag", "run%2F1", "task"), TaskIdentity("dag", "run/1", "task")),
+        (TaskIdentity("dag", "..", "task"), TaskIdentity("dag", "%2E%2E", "task")),
+    ],
+)
+def test_locations_never_collide(tmp_path, first, second):
+    assert make_store(tmp_path, first).root != make_store(tmp_path, second).root
+
+
+def test_no_segment_escapes_the_base(tmp_path):
+    store = make_store(tmp_path, TaskIdentity("..", "..", ".."))
+    assert os.path.normpath(store.root).startswith(str(tmp_path / "base"))
+    assert "/../" not in store.root
+
+
+def test_put_then_load_round_trips(tmp_path):
+    store = make_store(tmp_path)
+    written = entry()
+    store.put(written)
+    loaded = store.load()
+    assert loaded.entries == {written.name: written}
+    assert loaded.bytes_read == store.bytes_written > 0
+    assert store.objects_written == 1
+
+
+def test_local_writes_are_atomic_and_private(tmp_path):
+    store = make_store(tmp_path)
+    store.put(entry())
+    names = os.listdir(store.root)
+    assert names == [entry().name], "no temporary file is left behind"
+    assert os.stat(os.path.join(store.root, names[0])).st_mode & 0o777 == 0o600
+    assert os.stat(store.root).st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda data: data[: len(data) // 2], "not valid JSON"),
+        (lambda data: b"", "empty"),
+        (lambda data: b"\xff\xfe garbage", "not valid JSON"),
+        (lambda data: json.dumps({"hello": "world"}).encode(), "not an airflow-pydantic-ai step entry"),
+        (lambda data: data.replace(b'"version":1', b'"version":99'), "schema version 99"),
+        (lambda data: data.replace(b'"value":1', b'"value":2'), "checksum"),
+    ],
+)
+def test_damaged_entries_are_skipped_with_a_warning(tmp_path, damage, reason):
+    warnings: list[str] = []
+    store = make_store(tmp_path, warnings=warnings)
+    good, bad = entry("b" * 64), entry("c" * 64)
+    store.put(good)
+    store.put(bad)
+    path = os.path.join(store.root, bad.name)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(damage(data))
+    loaded = store.load()
+    assert list(loaded.entries) == [good.name]
+    assert reason in loaded.skipped[bad.name]
+    [warning] = warnings
+    assert bad.name in warning and reason in warning
+
+
+def test_entry_under_another_name_is_rejected():
+    data = entry("d" * 64).to_bytes()
+    with pytest.raises(CorruptEntry, match="does not match its name"):
+        StepEntry.from_bytes(data, name=f"tool-{'e' * 64}.json")
+
+
+def test_clear_removes_the_task_instance_only(tmp_path):
+    mapped0 = make_store(tmp_path, TaskIdentity("dag", RUN_ID, "task", 0))
+    mapped1 = make_store(tmp_path, TaskIdentity("dag", RUN_ID, "task", 1))
+    mapped0.put(entry())
+    mapped1.put(entry())
+    mapped0.clear()
+    assert not mapped0.exists()
+    assert mapped1.exists() and list(mapped1.load().entries)
+    mapped1.clear()
+    assert os.listdir(tmp_path / "base") == [], "empty parent folders go too"
+
+
+def test_load_of_missing_cache_is_empty(tmp_path):
+    loaded = make_store(tmp_path).load()
+    assert loaded.entries == {} and loaded.skipped == {}
+
+
+def test_remove_is_idempotent(tmp_path):
+    store = make_store(tmp_path)
+    store.put(entry())
+    store.remove(entry().name)
+    store.remove(entry().name)
+    assert store.load().entries == {}
