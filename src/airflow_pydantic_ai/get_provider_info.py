@@ -105,9 +105,9 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "durable_storage_errors": {
                         "description": (
-                            "What a durable run does when writing a cache entry fails: warn logs a "
-                            "warning and the run goes on (that step will not be replayed on a retry); "
-                            "fail fails the task. One of: warn, fail."
+                            "What a durable run does when writing a cache entry fails: warn logs the "
+                            "error and the run goes on (a retry runs that step live again); fail fails "
+                            "the task. One of: warn, fail."
                         ),
                         "version_added": "0.1.0",
                         "type": "string",

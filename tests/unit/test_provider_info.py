@@ -1,0 +1,181 @@
+"""Provider metadata: provider.yaml, get_provider_info(), and what Airflow makes of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import distribution
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from airflow_pydantic_ai.get_provider_info import get_provider_info
+
+PACKAGE = "airflow-pydantic-ai"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+AIRFLOW_BIN = Path(sys.executable).parent / "airflow"
+
+
+def _airflow_schema(name: str) -> dict[str, Any]:
+    import airflow
+
+    return json.loads((Path(airflow.__file__).parent / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def provider_yaml() -> dict[str, Any]:
+    return yaml.safe_load((REPO_ROOT / "provider.yaml").read_text())
+
+
+def test_get_provider_info_equals_provider_yaml(provider_yaml: dict[str, Any]) -> None:
+    assert get_provider_info() == provider_yaml
+
+
+def test_get_provider_info_returns_a_fresh_dict_each_call() -> None:
+    # Airflow adds "documentation-url" to the dict it receives; that must not leak into later calls.
+    first = get_provider_info()
+    first["documentation-url"] = "x"
+    first["config"]["pydantic_ai"]["options"].clear()
+
+    second = get_provider_info()
+
+    assert "documentation-url" not in second
+    assert "durable_cache_path" in second["config"]["pydantic_ai"]["options"]
+
+
+def test_provider_info_validates_against_airflows_runtime_schema() -> None:
+    jsonschema.validate(get_provider_info(), _airflow_schema("provider_info.schema.json"))
+
+
+def test_provider_yaml_validates_against_airflows_strict_schema(provider_yaml: dict[str, Any]) -> None:
+    # The schema Airflow's own providers are held to: no unknown top-level keys, integrations with
+    # external-doc-url and tags from a fixed list, hooks/operators that name their integration.
+    jsonschema.validate(provider_yaml, _airflow_schema("provider.yaml.schema.json"))
+
+
+def test_package_name_matches_the_distribution() -> None:
+    # Airflow refuses the provider (and `airflow providers list` crashes) when these differ.
+    assert get_provider_info()["package-name"] == distribution(PACKAGE).metadata["Name"]
+
+
+def test_versions_lists_the_distribution_version_first() -> None:
+    assert get_provider_info()["versions"][0] == distribution(PACKAGE).version
+
+
+def test_entry_point_resolves_to_get_provider_info() -> None:
+    [entry_point] = [ep for ep in distribution(PACKAGE).entry_points if ep.group == "apache_airflow_provider"]
+
+    assert entry_point.load() is get_provider_info
+
+
+def test_every_config_option_has_what_airflow_requires() -> None:
+    options = get_provider_info()["config"]["pydantic_ai"]["options"]
+
+    assert set(options) == {"durable_cache_path", "durable_storage_errors"}
+    for name, option in options.items():
+        missing = {"description", "version_added", "type", "example", "default"} - set(option)
+        assert not missing, f"{name} lacks {missing}"
+    assert options["durable_cache_path"]["default"] == ""
+    assert options["durable_storage_errors"]["default"] == "warn"
+
+
+def test_providers_manager_registers_the_provider_and_its_config() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+
+    assert manager.providers[PACKAGE].version == distribution(PACKAGE).version
+    configs = dict(manager.provider_configs)
+    assert set(configs[PACKAGE]["pydantic_ai"]["options"]) == {"durable_cache_path", "durable_storage_errors"}
+    assert manager.field_behaviours["pydantic_ai"]["relabeling"] == {"host": "Base URL", "password": "API key"}
+
+
+def test_task_runtime_registers_the_hook_and_the_agent_decorator() -> None:
+    # Airflow 3.3 serves hooks and task decorators from the task SDK's providers manager.
+    from airflow.sdk import task
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    manager = ProvidersManagerTaskRuntime()
+
+    hook_info = manager.hooks["pydantic_ai"]
+    assert hook_info is not None
+    assert hook_info.hook_class_name == "airflow_pydantic_ai.hooks.pydantic_ai.PydanticAIHook"
+    assert hook_info.connection_id_attribute_name == "llm_conn_id"
+    assert hook_info.hook_name == "Pydantic AI"
+    assert hook_info.connection_testable
+    from airflow_pydantic_ai.decorators.agent import agent_task
+
+    assert manager.taskflow_decorators["agent"] is agent_task
+    assert task.agent is agent_task
+
+
+def test_connection_form_metadata_reaches_the_ui_api() -> None:
+    from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+
+    [meta] = [m for m in HookMetaService.hook_meta_data() if m.connection_type == "pydantic_ai"]
+
+    assert meta.hook_name == "Pydantic AI"
+    assert meta.standard_fields is not None
+    assert meta.standard_fields.host is not None
+    assert meta.standard_fields.host.title == "Base URL"
+    assert meta.standard_fields.password is not None
+    assert meta.standard_fields.password.title == "API key"
+    for hidden in ("url_schema", "port", "login"):
+        behaviour = getattr(meta.standard_fields, hidden)
+        assert behaviour is not None and behaviour.hidden, hidden
+    assert meta.extra_fields is not None
+    assert meta.extra_fields["model"]["schema"]["title"] == "Model"
+
+
+def test_provider_config_defaults_are_readable_through_airflow_conf(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.configuration import conf
+
+    monkeypatch.delenv("AIRFLOW__PYDANTIC_AI__DURABLE_STORAGE_ERRORS", raising=False)
+    monkeypatch.delenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", raising=False)
+
+    assert conf.get("pydantic_ai", "durable_storage_errors") == "warn"
+    assert conf.get("pydantic_ai", "durable_cache_path") == ""
+
+
+def _airflow_cli(*args: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [str(AIRFLOW_BIN), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_airflow_providers_list_shows_the_provider() -> None:
+    stdout = _airflow_cli("providers", "list", "--output", "json")
+
+    # Unit-test mode logs a line to stdout before the JSON document.
+    document = stdout[stdout.index("[{") :]
+    providers = {p["package_name"]: p for p in json.loads(document)}
+    assert providers[PACKAGE]["version"] == distribution(PACKAGE).version
+
+
+def test_airflow_config_get_value_uses_provider_default_and_env_override() -> None:
+    env_name = "AIRFLOW__PYDANTIC_AI__DURABLE_STORAGE_ERRORS"
+    clean_env = {k: v for k, v in os.environ.items() if k != env_name}
+
+    default = subprocess.run(
+        [str(AIRFLOW_BIN), "config", "get-value", "pydantic_ai", "durable_storage_errors"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env,
+    )
+    overridden = _airflow_cli("config", "get-value", "pydantic_ai", "durable_storage_errors", env={env_name: "fail"})
+
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.strip().splitlines()[-1] == "warn"
+    assert overridden.strip().splitlines()[-1] == "fail"
