@@ -419,3 +419,41 @@ def test_python_logging_logger_works(harness, caplog):
     Agent(TestModel()).run_sync("hi", capabilities=[DurableCapability(run)])
     run.log_summary()
     assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 1 new steps (1 model, 0 tool)" in caplog.text
+
+
+def test_sync_tool_still_running_when_a_sibling_fails_is_recorded(harness):
+    import time
+
+    calls: dict[str, int] = {"slow": 0, "fails": 0}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("slow_side_effect", {}, tool_call_id="s"),
+                    ToolCallPart("fails_fast", {}, tool_call_id="f"),
+                ]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[Any, Any] = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def slow_side_effect() -> str:
+        time.sleep(0.3)  # still running when the sibling fails
+        calls["slow"] += 1
+        return "charged the card"
+
+    @agent.tool_plain
+    def fails_fast() -> str:
+        calls["fails"] += 1
+        if calls["fails"] == 1:
+            raise ConnectionError("down")
+        return "ok"
+
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "go")
+    assert calls["slow"] == 1
+    _, run, _ = harness.run(agent, "go")
+    assert calls == {"slow": 1, "fails": 2}, "the slow side effect is not repeated"
+    assert run.replayed.tool == 1 and run.replayed.model == 1

@@ -224,8 +224,9 @@ class DurableRun:
     def _explain_miss(self, step: ModelStep) -> None:
         if self._diverged:
             return
+        # Everything in the cache was loaded before this attempt began: it is all from earlier attempts.
         recorded = self._recorded_at_step.get(step.number)
-        if recorded is None or recorded.attempt >= self.attempt:
+        if recorded is None:
             return
         self._diverged = True
         changes = changed_components(recorded.components, step.components) or [

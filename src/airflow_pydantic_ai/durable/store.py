@@ -188,6 +188,10 @@ class StepStore:
     def load(self) -> LoadedCache:
         """List the prefix once and fetch every entry in one batched call."""
         loaded = LoadedCache()
+        # Object-store filesystems cache listings per process; another worker may have written since.
+        invalidate = getattr(self.fs, "invalidate_cache", None)
+        if invalidate is not None:
+            invalidate(self.root)
         try:
             listing = self.fs.ls(self.root, detail=False)
         except (FileNotFoundError, NotADirectoryError):

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.run import DurableRun
+    from airflow_pydantic_ai.durable.run import DurableRun, ToolStep
 
 __all__ = ["CachingToolset"]
+
+_RECORDED_ERRORS = (ModelRetry, ToolFailed)
 
 
 @dataclass
@@ -22,6 +27,10 @@ class CachingToolset(WrapperToolset[Any]):
 
     A ``ModelRetry`` or ``ToolFailed`` raised by the tool is an outcome too, and replays as such.
     Any other exception propagates and records nothing: the retry runs the tool again.
+
+    When a sibling tool call fails, pydantic-ai cancels the calls still running. A synchronous tool
+    runs in a thread that cannot be interrupted, so its side effect happens anyway: its result is
+    still recorded when the thread finishes, so that the retry does not repeat it.
     """
 
     run: DurableRun | None = None
@@ -34,10 +43,40 @@ class CachingToolset(WrapperToolset[Any]):
         step = self.run.tool_step(name, tool_args, ctx.tool_call_id, ctx.messages)
         if step.is_replay:
             return step.replay()
-        try:
-            result = await self.wrapped.call_tool(name, tool_args, ctx, tool)
-        except (ModelRetry, ToolFailed) as error:
-            step.record_raise(error)
-            raise
-        step.record_return(result)
-        return result
+        call = self.wrapped.call_tool(name, tool_args, ctx, tool)
+        if _runs_in_a_thread(tool):
+            return await _recorded_even_if_cancelled(step, call)
+        return await _recorded(step, call)
+
+
+def _runs_in_a_thread(tool: ToolsetTool[Any]) -> bool:
+    """Whether the tool is a plain (sync) function, which pydantic-ai runs in a worker thread."""
+    current: Any = tool
+    while current is not None:
+        if hasattr(current, "is_async"):
+            return not current.is_async
+        current = getattr(current, "source_tool", None)  # combined toolsets wrap the source's tool
+    return False
+
+
+async def _recorded(step: ToolStep, call: Awaitable[Any]) -> Any:
+    try:
+        result = await call
+    except _RECORDED_ERRORS as error:
+        step.record_raise(error)
+        raise
+    step.record_return(result)
+    return result
+
+
+async def _recorded_even_if_cancelled(step: ToolStep, call: Awaitable[Any]) -> Any:
+    task = asyncio.ensure_future(_recorded(step, call))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # The thread runs to its end whatever happens here; wait for it so its result is recorded.
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation below is what propagates
+        raise

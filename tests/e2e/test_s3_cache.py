@@ -1,0 +1,122 @@
+"""The durable cache on a real S3 protocol server (moto), within one worker and across two."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.toolsets import FunctionToolset
+from tests.helpers.airflow_run import run_dag, task_states
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.s3
+
+
+def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, monkeypatch, capfd):
+    from airflow.sdk import DAG, get_current_context
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", s3_bucket.url("agent-cache"))
+    calls: dict[str, int] = {"fetch": 0, "notify": 0}
+    keys_between_tries: list[str] = []
+
+    def fetch_ticket(ticket_id: int) -> str:
+        """Fetch."""
+        calls["fetch"] += 1
+        return "ticket"
+
+    def notify_team(ticket_id: int) -> str:
+        """Notify."""
+        calls["notify"] += 1
+        if get_current_context()["ti"].try_number == 1:
+            raise ConnectionError("down")
+        return "posted"
+
+    def snapshot(context: Any) -> None:
+        keys_between_tries.extend(s3_bucket.list_keys())
+
+    with DAG(
+        dag_id="s3.cache-dag",
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        default_args={"retries": 1, "retry_delay": timedelta(0)},
+    ) as dag:
+        AgentOperator(
+            task_id="triage",
+            prompt="Triage 42.",
+            model_id="test",
+            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
+            durable=True,
+            on_retry_callback=snapshot,
+        )
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert task_states(dr)[("triage", -1)] == ("success", 2)
+    prefix = f"agent-cache/s3.cache-dag/{dr.run_id}/triage/-1/"
+    assert len(keys_between_tries) == 2
+    assert all(key.startswith(prefix) and key.endswith(".json") for key in keys_between_tries)
+    assert {key[len(prefix) :].split("-")[0] for key in keys_between_tries} == {"model", "tool"}
+    assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in out
+    assert f"Durable: the cache of this task instance is s3://s3_test@{s3_bucket.name}/{prefix}" in out
+    assert calls == {"fetch": 1, "notify": 2}
+    assert s3_bucket.list_keys() == [], "nothing is left in the bucket after success"
+
+
+def _worker(tmp_path: Path, name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    home = tmp_path / name
+    (home / "dags").mkdir(parents=True)
+    child_env = {
+        **os.environ,
+        **env,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "tests.helpers.worker"],
+        cwd=REPO_ROOT,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_retry_on_another_worker_replays_from_the_shared_bucket(s3_bucket, tmp_path):
+    from tests.helpers.s3 import S3Bucket
+
+    marker = tmp_path / "tool-calls.txt"
+    shared = {
+        "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": s3_bucket.url("agent-cache"),
+        f"AIRFLOW_CONN_{S3Bucket.CONN_ID.upper()}": os.environ[f"AIRFLOW_CONN_{S3Bucket.CONN_ID.upper()}"],
+        "TOOL_MARKER": str(marker),
+    }
+
+    first = _worker(tmp_path, "worker-a", {**shared, "FAIL_NOTIFY": "1"})
+    assert "WORKER RESULT" in first.stdout, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "state=failed" in first.stdout
+    run_id = first.stdout.split("WORKER RESULT run_id=")[1].split()[0]
+    prefix = f"agent-cache/cross_worker.dag-1/{run_id}/triage.ticket-42/-1/"
+    after_first = s3_bucket.list_keys()
+    assert len(after_first) == 2 and all(key.startswith(prefix) for key in after_first)
+    stored = [json.loads(s3_bucket.read(key)) for key in after_first]
+    assert sorted(entry["kind"] for entry in stored) == ["model", "tool"]
+    assert all(entry["attempt"] == 1 for entry in stored)
+
+    second = _worker(tmp_path, "worker-b", shared)
+    assert f"WORKER RESULT run_id={run_id} state=success" in second.stdout, second.stdout[-3000:]
+    assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in second.stdout
+    calls = marker.read_text().splitlines()
+    # fetch_ticket ran once, on worker A; notify_team ran on both (it failed on A).
+    assert [line.split()[0] for line in calls].count("fetch_ticket") == 1
+    assert [line.split()[0] for line in calls].count("notify_team") == 2
+    assert s3_bucket.list_keys() == []
