@@ -8,13 +8,15 @@ only ``notify_team`` runs again.
 ``prompt_changes_between_tries`` has a prompt templated on the try number, so the retry's request
 differs from the recorded one: the task log warns that the user prompt changed, and the model and
 its tools run live.
+
+``summarize_ticket`` is the same kind of agent written with the ``@task.agent`` decorator.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, get_current_context
+from airflow.sdk import DAG, get_current_context, task
 from pydantic_ai.toolsets import FunctionToolset
 
 from airflow_pydantic_ai.operators.agent import AgentOperator
@@ -61,3 +63,11 @@ with DAG(
         toolsets=[FunctionToolset([fetch_ticket, notify_team])],
         durable=True,
     )
+
+    # [START howto_decorator_agent]
+    @task.agent(model_id="test", system_prompt="Summarize support tickets in one line.", durable=True)
+    def summarize_ticket(ticket_id: int) -> str:
+        return f"Summarize ticket {ticket_id}."
+
+    summarize_ticket(42)
+    # [END howto_decorator_agent]
