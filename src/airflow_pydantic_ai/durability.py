@@ -95,6 +95,33 @@ def _storage_error_mode() -> str:
     return mode
 
 
+def _cipher() -> Any:
+    """Airflow's Fernet object when ``durable_encrypt`` is on, else None."""
+    from airflow.configuration import conf
+
+    try:
+        enabled = conf.getboolean(CONFIG_SECTION, "durable_encrypt", fallback=False)
+    except Exception as error:
+        raise DurableConfigError(f"[{CONFIG_SECTION}] durable_encrypt must be True or False: {error}") from error
+    if not enabled:
+        return None
+    from airflow.sdk.crypto import get_fernet
+
+    try:
+        fernet = get_fernet()
+    except Exception as error:
+        raise DurableConfigError(
+            f"[{CONFIG_SECTION}] durable_encrypt is on but the Fernet key cannot be used: {error}. "
+            "Fix [core] fernet_key."
+        ) from error
+    if not getattr(fernet, "is_encrypted", False):
+        raise DurableConfigError(
+            f"[{CONFIG_SECTION}] durable_encrypt is on but [core] fernet_key is empty; set it (every worker needs "
+            "the same key) or turn durable_encrypt off."
+        )
+    return fernet
+
+
 def _redactor() -> Any:
     try:
         from airflow.sdk._shared.secrets_masker import redact
@@ -115,7 +142,7 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
         map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
     )
     base_url = str(base)
-    store = StepStore.for_task(base.fs, base.path, base_url, identity, warn=log.warning)
+    store = StepStore.for_task(base.fs, base.path, base_url, identity, warn=log.warning, cipher=_cipher())
     log.info("Durable: the cache of this task instance is %s (delete it to force a fresh run)", store.location)
     return DurableRun.open(
         store,

@@ -114,6 +114,18 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "fail",
                         "default": "warn",
                     },
+                    "durable_encrypt": {
+                        "description": (
+                            "Encrypt and authenticate every durable cache entry with Airflow's Fernet key "
+                            "([core] fernet_key). An entry that was edited, injected or written with another "
+                            "key is then rejected and never replayed. Off, entries carry a checksum that "
+                            "catches damage but not a deliberate edit by someone with write access."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
                 },
             }
         },

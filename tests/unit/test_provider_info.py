@@ -76,7 +76,7 @@ def test_entry_point_resolves_to_get_provider_info() -> None:
 def test_every_config_option_has_what_airflow_requires() -> None:
     options = get_provider_info()["config"]["pydantic_ai"]["options"]
 
-    assert set(options) == {"durable_cache_path", "durable_storage_errors"}
+    assert set(options) == {"durable_cache_path", "durable_storage_errors", "durable_encrypt"}
     for name, option in options.items():
         missing = {"description", "version_added", "type", "example", "default"} - set(option)
         assert not missing, f"{name} lacks {missing}"
@@ -91,7 +91,11 @@ def test_providers_manager_registers_the_provider_and_its_config() -> None:
 
     assert manager.providers[PACKAGE].version == distribution(PACKAGE).version
     configs = dict(manager.provider_configs)
-    assert set(configs[PACKAGE]["pydantic_ai"]["options"]) == {"durable_cache_path", "durable_storage_errors"}
+    assert set(configs[PACKAGE]["pydantic_ai"]["options"]) == {
+        "durable_cache_path",
+        "durable_storage_errors",
+        "durable_encrypt",
+    }
     assert manager.field_behaviours["pydantic_ai"]["relabeling"] == {"host": "Base URL", "password": "API key"}
 
 

@@ -122,7 +122,18 @@ class DurableRun:
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt."""
         run = cls(store=store, attempt=attempt, log=log, redact=redact, storage_errors=storage_errors)
-        loaded = store.load()
+        try:
+            loaded = store.load()
+        except Exception as error:
+            if storage_errors == "fail":
+                raise DurableStorageError(
+                    f"could not read the durable cache at {store.location}: {error}. Fix the storage, or set "
+                    "[pydantic_ai] durable_storage_errors = warn to run on without it."
+                ) from error
+            log.error(
+                "Durable: could not read the cache at %s (%s); this attempt runs every step live", store.location, error
+            )
+            return run
         run.entries = loaded.entries
         for entry in loaded.entries.values():
             if entry.kind != "model":
@@ -355,8 +366,17 @@ class DurableRun:
             )
 
     def finish(self) -> None:
-        """The task succeeded and its result is pushed: delete the cache."""
-        self.store.clear()
+        """The task succeeded and its result is pushed: delete the cache (a failure here never fails the task)."""
+        try:
+            self.store.clear()
+        except Exception as error:
+            self.log.error(
+                "Durable: task succeeded but its cache at %s could not be deleted (%s); delete it by hand, "
+                "or let a bucket lifecycle rule expire it",
+                self.store.location,
+                error,
+            )
+            return
         self.log.info("Durable: task succeeded; deleted the cache at %s", self.store.location)
 
     def usage_limits(self, limits: UsageLimits | None) -> UsageLimits | None:

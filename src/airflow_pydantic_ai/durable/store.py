@@ -19,12 +19,13 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
 __all__ = [
     "ENTRY_FORMAT",
     "SCHEMA_VERSION",
+    "Cipher",
     "CorruptEntry",
     "LoadedCache",
     "StepEntry",
@@ -41,6 +42,14 @@ StepKind = Literal["model", "tool"]
 
 class CorruptEntry(ValueError):
     """A stored entry that must not be replayed; the message says why."""
+
+
+class Cipher(Protocol):
+    """Authenticated encryption of whole entries (Airflow's Fernet object fits)."""
+
+    def encrypt(self, data: bytes) -> bytes: ...
+
+    def decrypt(self, token: bytes) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,18 @@ def _segment(value: str) -> str:
         # Never a path traversal nor an empty segment.
         encoded = encoded.replace(".", "%2E") or "%00"
     return encoded
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+    if not data:
+        raise CorruptEntry("it is empty")
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CorruptEntry(f"it is not valid JSON (truncated or garbled): {error}") from None
+    if not isinstance(body, dict) or body.get("format") != ENTRY_FORMAT:
+        raise CorruptEntry("it is not an airflow-pydantic-ai step entry")
+    return body
 
 
 def _checksum(body: dict[str, Any]) -> str:
@@ -89,7 +110,7 @@ class StepEntry:
     def name(self) -> str:
         return f"{self.kind}-{self.key}.json"
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, cipher: Cipher | None = None) -> bytes:
         body: dict[str, Any] = {
             "format": ENTRY_FORMAT,
             "version": SCHEMA_VERSION,
@@ -103,19 +124,29 @@ class StepEntry:
             "payload": self.payload,
         }
         body["checksum"] = _checksum(body)
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        if cipher is None:
+            return data
+        envelope = {"format": ENTRY_FORMAT, "version": SCHEMA_VERSION, "encrypted": cipher.encrypt(data).decode()}
+        return json.dumps(envelope, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, name: str) -> StepEntry:
+    def from_bytes(cls, data: bytes, *, name: str, cipher: Cipher | None = None) -> StepEntry:
         """Parse and verify a stored entry; raises :class:`CorruptEntry` with the reason."""
-        if not data:
-            raise CorruptEntry("it is empty")
-        try:
-            body = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise CorruptEntry(f"it is not valid JSON (truncated or garbled): {error}") from None
-        if not isinstance(body, dict) or body.get("format") != ENTRY_FORMAT:
-            raise CorruptEntry("it is not an airflow-pydantic-ai step entry")
+        body = _parse(data)
+        if "encrypted" in body:
+            if cipher is None:
+                raise CorruptEntry("it is encrypted, but [pydantic_ai] durable_encrypt is off")
+            try:
+                body = _parse(cipher.decrypt(str(body["encrypted"]).encode()))
+            except CorruptEntry:
+                raise
+            except Exception:
+                raise CorruptEntry(
+                    "it failed authentication (edited, injected, or written with another Fernet key)"
+                ) from None
+        elif cipher is not None:
+            raise CorruptEntry("it is not encrypted, but [pydantic_ai] durable_encrypt is on (injected?)")
         version = body.get("version")
         if version != SCHEMA_VERSION:
             raise CorruptEntry(f"its schema version {version!r} is not {SCHEMA_VERSION} (written by another release)")
@@ -160,12 +191,20 @@ class StepStore:
     root: str
     location: str
     warn: Callable[[str], None] = print
+    cipher: Cipher | None = None
     bytes_written: int = 0
     objects_written: int = 0
 
     @classmethod
     def for_task(
-        cls, fs: Any, base: str, base_url: str, identity: TaskIdentity, *, warn: Callable[[str], None] = print
+        cls,
+        fs: Any,
+        base: str,
+        base_url: str,
+        identity: TaskIdentity,
+        *,
+        warn: Callable[[str], None] = print,
+        cipher: Cipher | None = None,
     ) -> StepStore:
         """The store of ``identity`` under ``base`` (a path on ``fs``) known to people as ``base_url``."""
         suffix = "/".join(identity.segments())
@@ -174,6 +213,7 @@ class StepStore:
             root=f"{base.rstrip('/')}/{suffix}",
             location=f"{base_url.rstrip('/')}/{suffix}/",
             warn=warn,
+            cipher=cipher,
         )
 
     @property
@@ -213,7 +253,7 @@ class StepStore:
                 continue
             loaded.bytes_read += len(data)
             try:
-                loaded.entries[name] = StepEntry.from_bytes(data, name=name)
+                loaded.entries[name] = StepEntry.from_bytes(data, name=name, cipher=self.cipher)
             except CorruptEntry as error:
                 loaded.skipped[name] = str(error)
         for name, reason in loaded.skipped.items():
@@ -222,7 +262,7 @@ class StepStore:
 
     def put(self, entry: StepEntry) -> None:
         """Write one entry atomically. Raises the storage error; the caller decides what it means."""
-        data = entry.to_bytes()
+        data = entry.to_bytes(self.cipher)
         path = self._path(entry.name)
         if self.is_local:
             self._put_local(path, data)

@@ -1,0 +1,156 @@
+"""Secrets never reach the cache in clear text; encrypted entries are authenticated."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet
+from pydantic_ai.toolsets import FunctionToolset
+from tests.helpers.airflow_run import run_dag
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+SECRET = "sk-live-7f3a9c1e5b2d4f60"
+LEAKY_RESULT = "customer record: plan=gold, mood=happy, favourite_colour=teal"
+
+
+def _dag(dag_id: str, tool_calls: dict[str, int], on_retry: Any, leak_secret: bool = True):
+    from airflow.sdk import DAG, get_current_context
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    def fetch_customer(customer_id: int) -> str:
+        """Fetch a customer record (and, carelessly, an API key)."""
+        tool_calls["fetch_customer"] += 1
+        return f"{LEAKY_RESULT} api_key={SECRET}" if leak_secret else f"{LEAKY_RESULT} api_key=none"
+
+    def lookup_plan(customer_id: int) -> str:
+        """Look up the plan."""
+        tool_calls["lookup_plan"] += 1
+        return LEAKY_RESULT
+
+    def notify(customer_id: int) -> str:
+        """Notify; down on the first try."""
+        tool_calls["notify"] += 1
+        if get_current_context()["ti"].try_number == 1:
+            raise ConnectionError("down")
+        return "ok"
+
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        default_args={"retries": 1, "retry_delay": timedelta(0)},
+    ) as dag:
+        AgentOperator(
+            task_id="agent",
+            prompt="Check customer 7.",
+            model_id="test",
+            toolsets=[FunctionToolset([fetch_customer, lookup_plan, notify])],
+            durable=True,
+            on_retry_callback=on_retry,
+        )
+    return dag
+
+
+@pytest.fixture(autouse=True)
+def fresh_fernet():
+    """Airflow caches the Fernet object per process; each test sets its own key."""
+    from airflow.sdk.crypto import get_fernet
+
+    get_fernet.cache_clear()
+    yield
+    get_fernet.cache_clear()
+
+
+def _snapshot(base: Path, into: dict[str, bytes]):
+    def callback(context: Any) -> None:
+        for path in base.rglob("*.json"):
+            into[path.name] = path.read_bytes()
+
+    return callback
+
+
+def test_masked_secrets_never_reach_the_cache(tmp_path, monkeypatch, capfd):
+    from airflow.sdk.log import mask_secret
+
+    base = tmp_path / "cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    mask_secret(SECRET)
+    stored: dict[str, bytes] = {}
+    calls = {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
+    dr = run_dag(_dag("security_masking", calls, _snapshot(base, stored)))
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert stored, "something was cached"
+    assert not any(SECRET.encode() in data for data in stored.values())
+    assert any(LEAKY_RESULT.encode() in data for data in stored.values()), "unencrypted entries are plain JSON"
+    assert "contains a value registered as secret; it is not cached" in out
+    # The step holding the secret was not cached, so it ran again; the harmless one replayed.
+    assert calls == {"fetch_customer": 2, "lookup_plan": 1, "notify": 2}
+
+
+def test_encrypted_cache_is_unreadable_and_tampering_is_rejected(tmp_path, monkeypatch, capfd):
+    base = tmp_path / "cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_ENCRYPT", "True")
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", Fernet.generate_key().decode())
+    stored: dict[str, bytes] = {}
+    tampered: list[str] = []
+
+    def snapshot_and_tamper(context: Any) -> None:
+        _snapshot(base, stored)(context)
+        entries = sorted(base.rglob("tool-*.json"))
+        # An attacker with write access: swaps one encrypted tool entry for a forged plain one...
+        victim = entries[0]
+        forged = {"format": "airflow-pydantic-ai/step", "version": 1, "kind": "tool"}
+        victim.write_text(json.dumps(forged))
+        # ...and re-encrypts another one under a key of their own.
+        other = entries[1]
+        other.write_text(
+            json.dumps(
+                {
+                    "format": "airflow-pydantic-ai/step",
+                    "version": 1,
+                    "encrypted": Fernet(Fernet.generate_key()).encrypt(b"{}").decode(),
+                }
+            )
+        )
+        tampered.extend([victim.name, other.name])
+
+    calls = {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
+    dr = run_dag(_dag("security_encryption", calls, snapshot_and_tamper, leak_secret=False))
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert len(stored) == 3  # model step and two tools (notify failed), encrypted
+    for data in stored.values():
+        assert LEAKY_RESULT.encode() not in data and b"fetch_customer" not in data
+        assert "encrypted" in json.loads(data)
+    for name in tampered:
+        assert f"{name}: it " in out and "will run live" in out
+    assert "failed authentication" in out and "not encrypted, but [pydantic_ai] durable_encrypt is on" in out
+    # The model step replayed; both tampered tools ran live again.
+    assert calls == {"fetch_customer": 2, "lookup_plan": 2, "notify": 2}
+    assert "Durable: replayed 1 cached steps (1 model, 0 tool)" in out
+
+
+def test_encryption_without_a_fernet_key_fails_at_start(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_ENCRYPT", "True")
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "")
+    calls = {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
+    dag = _dag("security_no_key", calls, None)
+    dag.default_args["retries"] = 0
+    for task in dag.tasks:
+        task.retries = 0
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "failed"
+    assert "durable_encrypt is on but [core] fernet_key is empty" in out
+    assert calls == {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
