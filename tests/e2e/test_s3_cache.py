@@ -120,3 +120,44 @@ def test_retry_on_another_worker_replays_from_the_shared_bucket(s3_bucket, tmp_p
     assert [line.split()[0] for line in calls].count("fetch_ticket") == 1
     assert [line.split()[0] for line in calls].count("notify_team") == 2
     assert s3_bucket.list_keys() == []
+
+
+class _CountingFS:
+    """Delegates to an fsspec filesystem and counts the calls the store makes."""
+
+    def __init__(self, fs: Any) -> None:
+        self._fs = fs
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._fs, name)
+        if not callable(attribute):
+            return attribute
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return attribute(*args, **kwargs)
+
+        return counted
+
+
+def test_loading_a_large_cache_lists_once_and_fetches_in_one_batch(s3_bucket):
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_pydantic_ai.durable.store import StepEntry, StepStore, TaskIdentity
+
+    base = ObjectStoragePath(s3_bucket.url("agent-cache"))
+    identity = TaskIdentity("dag.x", "manual__2026-11-22T04:00:00+00:00", "task-y", 3)
+    writer = StepStore.for_task(base.fs, base.path, str(base), identity)
+    for index in range(60):
+        writer.put(StepEntry(kind="tool", key=f"{index:064x}", step=1, attempt=1, label="t", payload={"i": index}))
+    assert writer.objects_written == 60
+    assert len(s3_bucket.list_keys("agent-cache/dag.x/manual__2026-11-22T04:00:00+00:00/task-y/3/")) == 60
+
+    counting = _CountingFS(base.fs)
+    reader = StepStore.for_task(counting, base.path, str(base), identity)
+    loaded = reader.load()
+    assert len(loaded.entries) == 60 and not loaded.skipped
+    assert counting.calls.get("ls") == 1
+    assert counting.calls.get("cat") == 1, "one batched (concurrent on s3fs) fetch, not one round trip per step"
+    assert not counting.calls.get("cat_file") and not counting.calls.get("open")
