@@ -135,11 +135,12 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
     ti = context["ti"]
     base = resolve_cache_path(cache_path)
     storage_errors = _storage_error_mode()
+    map_index = getattr(ti, "map_index", None)
     identity = TaskIdentity(
         dag_id=ti.dag_id,
         run_id=ti.run_id,
         task_id=ti.task_id,
-        map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
+        map_index=-1 if map_index is None else int(map_index),
     )
     base_url = str(base)
     store = StepStore.for_task(base.fs, base.path, base_url, identity, warn=log.warning, cipher=_cipher())

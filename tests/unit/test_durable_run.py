@@ -457,3 +457,30 @@ def test_sync_tool_still_running_when_a_sibling_fails_is_recorded(harness):
     _, run, _ = harness.run(agent, "go")
     assert calls == {"slow": 1, "fails": 2}, "the slow side effect is not repeated"
     assert run.replayed.tool == 1 and run.replayed.model == 1
+
+
+def test_stream_left_before_its_end_is_not_replayed(harness):
+    async def long_answer(messages: list[ModelMessage], info: AgentInfo):
+        for word in ("one ", "two ", "three ", "four"):
+            yield word
+
+    agent: Agent[Any, Any] = Agent(FunctionModel(stream_function=long_answer))
+
+    async def consume(stop_early: bool) -> tuple[str, DurableRun]:
+        run, _ = harness.open()
+        chunks: list[str] = []
+        async with agent.run_stream("count", capabilities=[DurableCapability(run)]) as result:
+            async for text in result.stream_text(delta=True, debounce_by=None):
+                chunks.append(text)
+                if stop_early:
+                    break
+        return "".join(chunks), run
+
+    partial, first_run = asyncio.run(consume(stop_early=True))
+    assert partial == "one "
+    assert first_run.executed.model == 1 and first_run.not_persisted == 1
+    full, second = asyncio.run(consume(stop_early=False))
+    assert full == "one two three four"
+    assert second.replayed.model == 0 and second.executed.model == 1
+    third_text, third = asyncio.run(consume(stop_early=False))
+    assert third_text == full and third.replayed.model == 1

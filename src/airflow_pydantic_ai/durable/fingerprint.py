@@ -32,6 +32,7 @@ from pydantic_ai.messages import (
 from pydantic_core import to_jsonable_python
 
 __all__ = [
+    "COMPONENT_LABELS",
     "TRANSPORT_SETTINGS",
     "FingerprintError",
     "MessageDigests",
@@ -41,6 +42,7 @@ __all__ = [
     "digest",
     "digest_json",
     "fingerprint_request",
+    "fingerprint_tool_call",
 ]
 
 TRANSPORT_SETTINGS = frozenset({"timeout", "request_timeout", "first_event_timeout", "max_retries", "extra_headers"})

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CachingModel"]
 
+_REPLAYABLE_STATES = ("complete", "suspended")
+
 
 class CachingModel(WrapperModel):
     """Answers a request from the durable cache when its fingerprint was recorded; else asks the model.
@@ -63,4 +65,5 @@ class CachingModel(WrapperModel):
             messages, model_settings, model_request_parameters, run_context
         ) as stream:
             yield stream
-        step.record(stream.get())
+        # A stream the consumer left before its end holds part of an answer: never replay that.
+        step.record(stream.get(), complete=stream.get().state in _REPLAYABLE_STATES)

@@ -419,7 +419,7 @@ class ModelStep:
         run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
         return self.replayed
 
-    def record(self, response: ModelResponse) -> None:
+    def record(self, response: ModelResponse, *, complete: bool = True) -> None:
         run = self.run
         run.executed.model += 1
         run.log.info(
@@ -429,6 +429,15 @@ class ModelStep:
             time.monotonic() - self.started,
         )
         if self.key is None:
+            return
+        if not complete:
+            run.not_persisted += 1
+            run.log.warning(
+                "Durable: model step %d (%s) was not read to its end (%s); it is not cached",
+                self.number,
+                self.label,
+                response.state,
+            )
             return
         usage = {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens}
         entry = StepEntry(
