@@ -342,3 +342,32 @@ def test_unknown_cache_scheme_fails_before_any_model_call(capfd, monkeypatch):
     assert dr.state == "failed"
     assert "durable_cache_path 's4://bucket/prefix' has an unknown scheme 's4'" in out
     assert CALLS == {}
+
+
+def test_answer_that_exhausted_output_retries_is_asked_again_on_retry(capfd):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    answers: list[tuple[int, str]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        try_number = _try_number()
+        text = "not a number" if try_number == 1 else "42"
+        answers.append((try_number, text))
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"value": text}, tool_call_id="out")])
+
+    class Answer(BaseModel):
+        value: int
+
+    agent: Agent[Any, Answer] = Agent(FunctionModel(model), output_type=Answer, retries=1)
+    with make_dag("e2e_unexpected_model_behavior") as dag:
+        AgentOperator(task_id="answer", prompt="What is six times seven?", agent=agent, durable=True)
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert xcom_value(dr, "answer") == {"value": 42}
+    # Try 1: two bad answers, then UnexpectedModelBehavior. Try 2: the first bad answer replays (the model
+    # was told to retry), the last one is asked again instead of failing the same way.
+    assert answers == [(1, "not a number"), (1, "not a number"), (2, "42")]
+    assert summaries(out) == [(0, 0, 0, 2, 2, 0), (1, 1, 0, 1, 1, 0)]
+    assert "the last model answer made the run fail; it was removed from the cache" in out
