@@ -1,0 +1,80 @@
+"""Durable replay through pydantic-ai's real OpenAI client, against a local scripted server."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic_ai.toolsets import FunctionToolset
+from tests.helpers.airflow_run import run_dag, xcom_value
+from tests.helpers.openai_server import ScriptedOpenAIServer
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+
+def _script(request: dict[str, Any]) -> dict[str, Any]:
+    if not any(message.get("role") == "tool" for message in request["messages"]):
+        return {"tool_calls": [("fetch_ticket", {"ticket_id": 42}), ("notify_team", {"ticket_id": 42})]}
+    return {"content": "Ticket 42 triaged and the team notified."}
+
+
+def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_path, capfd):
+    from airflow.sdk import DAG, get_current_context
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    calls = {"fetch_ticket": 0, "notify_team": 0}
+
+    def fetch_ticket(ticket_id: int) -> dict:
+        """Fetch a ticket."""
+        calls["fetch_ticket"] += 1
+        return {"id": ticket_id, "title": "Login page times out"}
+
+    def notify_team(ticket_id: int) -> str:
+        """Notify the team; down on the first try."""
+        calls["notify_team"] += 1
+        if get_current_context()["ti"].try_number == 1:
+            raise ConnectionError("chat API down")
+        return "posted"
+
+    with ScriptedOpenAIServer(_script) as server:
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_LOCAL_OPENAI",
+            json.dumps(
+                {
+                    "conn_type": "pydantic_ai",
+                    "host": server.base_url,
+                    "password": "sk-test-key",
+                    "extra": {"model": "openai-chat:gpt-test"},
+                }
+            ),
+        )
+        monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
+        with DAG(
+            dag_id="e2e_openai_client",
+            schedule=None,
+            start_date=datetime(2026, 1, 1),
+            default_args={"retries": 1, "retry_delay": timedelta(0)},
+        ) as dag:
+            AgentOperator(
+                task_id="triage",
+                prompt="Triage ticket 42 and tell the team.",
+                llm_conn_id="local_openai",
+                system_prompt="You triage support tickets.",
+                toolsets=[FunctionToolset([fetch_ticket, notify_team])],
+                durable=True,
+            )
+        dr = run_dag(dag)
+        out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert xcom_value(dr, "triage") == "Ticket 42 triaged and the team notified."
+    # Try 1 asked once (tool calls); try 2 replayed that answer and asked only for the final one.
+    assert len(server.requests) == 2
+    assert calls == {"fetch_ticket": 1, "notify_team": 2}
+    assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in out
+    assert re.search(r"Durable: the replay saved 1 model requests \(101 input tokens, 10 output tokens\)", out)
+    assert not list(tmp_path.rglob("*.json"))
