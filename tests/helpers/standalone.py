@@ -1,0 +1,321 @@
+"""Run Airflow's real components (scheduler, dag-processor, api-server) as subprocesses.
+
+Used by the ``scheduler``-marked end-to-end test. Everything here talks to the child
+processes through their environment, their log files and the REST API; nothing imports
+``airflow`` in the test process, so the session's ``AIRFLOW_HOME`` (set by conftest.py)
+never leaks into the cluster and the cluster's never leaks into the session.
+
+Each component is started in its own session (``start_new_session=True``, i.e. ``setsid``)
+so that :meth:`AirflowCluster.stop` can signal its whole process group: the scheduler's
+LocalExecutor workers, the task supervisors and the task processes, the dag-processor's
+parsing processes and the api-server's uvicorn workers all die with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Components started by :meth:`AirflowCluster.start`. ``airflow standalone`` would also start
+#: a triggerer, which nothing here needs and which costs CPU on a small machine.
+COMPONENTS = ("api-server", "scheduler", "dag-processor")
+
+#: Variables of the parent environment the cluster must not inherit: the test session's
+#: Airflow settings (conftest.py) and anything that would point the children elsewhere.
+_DROPPED_PREFIXES = ("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_")
+_DROPPED_NAMES = ("AIRFLOW_HOME", "AIRFLOW_CONFIG")
+
+TERMINAL_RUN_STATES = frozenset({"success", "failed"})
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cluster_env(
+    home: Path, dags_folder: Path, port: int, log_server_port: int, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The full environment of every Airflow child process, built explicitly.
+
+    Starts from the parent environment minus every Airflow setting (the test session's
+    ``AIRFLOW_HOME`` and ``AIRFLOW__CORE__UNIT_TEST_MODE`` included), puts the virtualenv's
+    ``bin`` first on ``PATH`` and adds ``extra`` last.
+    """
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(_DROPPED_PREFIXES) and name not in _DROPPED_NAMES
+    }
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
+    base_url = f"http://127.0.0.1:{port}"
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            # The default would start 32 LocalExecutor workers.
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            # One secret for every component: the scheduler signs the task tokens, the
+            # api-server checks them.
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
+            # SimpleAuthManager without users: GET /auth/token hands out an admin token.
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__BASE_URL": base_url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
+            # The scheduler serves task logs on this port (default 8793, fixed).
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(log_server_port),
+            # Pick the DAG file up at once and keep looking at the folder often.
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "1",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            "AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL": "300",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+class ClusterError(RuntimeError):
+    """A component died, or something did not happen within its time limit."""
+
+
+@dataclass
+class AirflowCluster:
+    """Airflow's real components on SQLite, LocalExecutor and a local api-server port."""
+
+    home: Path
+    env: dict[str, str]
+    port: int
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _token: str | None = None
+
+    @classmethod
+    def create(cls, root: Path, dag_files: list[Path], extra_env: dict[str, str] | None = None) -> AirflowCluster:
+        """A cluster whose home is ``root/airflow_home`` and whose dags folder holds copies of ``dag_files``."""
+        home = root / "airflow_home"
+        dags_folder = root / "dags"
+        home.mkdir(parents=True)
+        dags_folder.mkdir(parents=True)
+        for dag_file in dag_files:
+            shutil.copy(dag_file, dags_folder / dag_file.name)
+        port = free_port()
+        env = cluster_env(home, dags_folder, port, log_server_port=free_port(), extra=extra_env)
+        return cls(home=home, env=env, port=port)
+
+    @contextmanager
+    def running(self, ready_timeout: float = 60) -> Iterator[AirflowCluster]:
+        """Migrate the DB, start the components, wait until ready; always stop them on exit."""
+        self.migrate()
+        try:
+            self.start()
+            self.wait_ready(ready_timeout)
+            yield self
+        finally:
+            self.stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def component_logs(self) -> Path:
+        return self.home / "component-logs"
+
+    def log_file(self, name: str) -> Path:
+        return self.component_logs / f"{name}.log"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def migrate(self, timeout: float = 60) -> None:
+        """Create the metadata DB (``airflow db migrate``) in this cluster's home."""
+        self.component_logs.mkdir(parents=True, exist_ok=True)
+        with self.log_file("db-migrate").open("wb") as log:
+            result = subprocess.run(
+                ["airflow", "db", "migrate"],
+                env=self.env,
+                cwd=self.home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
+            )
+        if result.returncode != 0:
+            raise ClusterError(f"airflow db migrate failed ({result.returncode}):\n{self.tail('db-migrate')}")
+
+    def start(self) -> None:
+        """Start every component in its own session, its output going to its own log file."""
+        self.component_logs.mkdir(parents=True, exist_ok=True)
+        for name in COMPONENTS:
+            with self.log_file(name).open("wb") as log:
+                self.processes[name] = subprocess.Popen(
+                    ["airflow", name],
+                    env=self.env,
+                    cwd=self.home,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+
+    def stop(self, grace: float = 15) -> None:
+        """SIGTERM every component's process group, then SIGKILL what is left after ``grace`` s."""
+        groups = [process.pid for process in self.processes.values()]  # session leader: pgid == pid
+        for pgid in groups:
+            _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while groups and time.monotonic() < deadline:
+            for process in self.processes.values():
+                process.poll()  # reap an exited leader, or its zombie keeps the group "alive"
+            groups = [pgid for pgid in groups if _group_alive(pgid)]
+            if groups:
+                time.sleep(0.2)
+        for pgid in groups:  # only groups still alive: a vanished group's id may be reused
+            _signal_group(pgid, signal.SIGKILL)
+        for process in self.processes.values():
+            with suppress(subprocess.TimeoutExpired):  # SIGKILL cannot be ignored: hardly ever times out
+                process.wait(timeout=5)
+
+    def check_alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise ClusterError(f"{name} exited with {process.returncode}:\n{self.tail(name)}")
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Wait until the api-server answers and reports a healthy scheduler and dag-processor."""
+        deadline = time.monotonic() + timeout
+        health: Any = None
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                health = self._request("GET", "/api/v2/monitor/health", auth=False)
+            except (OSError, ClusterError):
+                health = None
+            if health and all(
+                (health.get(component) or {}).get("status") == "healthy"
+                for component in ("metadatabase", "scheduler", "dag_processor")
+            ):
+                return
+            time.sleep(0.5)
+        raise ClusterError(f"Airflow not ready after {timeout} s (last health: {health}):\n{self.tails()}")
+
+    # -- REST API ----------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as error:
+            raise ClusterError(f"{method} {path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
+        return json.loads(payload) if payload else None
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = self._request("GET", "/auth/token", auth=False)["access_token"]
+        return self._token
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 60) -> None:
+        """Wait until the dag-processor has parsed and stored ``dag_id``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                self._request("GET", f"/api/v2/dags/{dag_id}")
+                return
+            except ClusterError as error:
+                if "HTTP 404" not in str(error):
+                    raise
+            time.sleep(0.5)
+        errors = self._request("GET", "/api/v2/importErrors")
+        raise ClusterError(f"DAG {dag_id} not parsed after {timeout} s; import errors: {errors}\n{self.tails()}")
+
+    def trigger(self, dag_id: str) -> str:
+        """Unpause ``dag_id`` and create a manual run of it; return the run id."""
+        self._request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        run = self._request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
+        return run["dag_run_id"]
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float) -> str:
+        """Poll the run until it succeeds or fails; return its final state."""
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            self.check_alive()
+            state = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            if state in TERMINAL_RUN_STATES:
+                return state
+            time.sleep(1)
+        raise ClusterError(f"run {run_id} still {state!r} after {timeout} s:\n{self.tails()}")
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+
+    # -- logs --------------------------------------------------------------------------
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> Path:
+        """Where the task supervisor writes a try's log (the default ``log_filename_template``)."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        if map_index >= 0:
+            folder /= f"map_index={map_index}"
+        return folder / f"attempt={try_number}.log"
+
+    def tail(self, name: str, lines: int = 40) -> str:
+        path = self.log_file(name)
+        if not path.exists():
+            return f"--- {name}: no log ---"
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+        return f"--- {name} (last {len(text)} lines of {path}) ---\n" + "\n".join(text)
+
+    def tails(self) -> str:
+        return "\n".join(self.tail(name) for name in COMPONENTS)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - a group of another user's processes
+        return True
+    return True
