@@ -95,20 +95,21 @@ class DurableRun:
     log: TaskLogger
     redact: Callable[[Any], Any] = _no_redaction
     storage_errors: StorageErrors = "warn"
-    entries: dict[str, StepEntry] = field(default_factory=dict)
+    entries: dict[str, StepEntry] = field(default_factory=dict, repr=False)
     replayed: StepCounts = field(default_factory=StepCounts)
     executed: StepCounts = field(default_factory=StepCounts)
     not_persisted: int = 0
     saved_input_tokens: int = 0
     saved_output_tokens: int = 0
-    _digests: MessageDigests = field(default_factory=MessageDigests)
-    _lineage: str = "start"
-    _model_steps: int = 0
-    _occurrences: Counter[str] = field(default_factory=Counter)
-    _recorded_at_step: dict[int, StepEntry] = field(default_factory=dict)
-    _diverged: bool = False
-    _last_model_entry: str | None = None
-    _pending_tool_replays: int = 0
+    # Per-attempt bookkeeping, private to the caching wrappers.
+    _digests: MessageDigests = field(default_factory=MessageDigests, repr=False)
+    _lineage: str = field(default="start", repr=False)
+    _model_steps: int = field(default=0, repr=False)
+    _occurrences: Counter[str] = field(default_factory=Counter, repr=False)
+    _recorded_at_step: dict[int, StepEntry] = field(default_factory=dict, repr=False)
+    _diverged: bool = field(default=False, repr=False)
+    _last_model_entry: str | None = field(default=None, repr=False)
+    _pending_tool_replays: int = field(default=0, repr=False)
 
     @classmethod
     def open(
@@ -142,8 +143,7 @@ class DurableRun:
             if known is None or entry.attempt > known.attempt:
                 run._recorded_at_step[entry.step] = entry
         log.info(
-            "Durable: cache at %s holds %d steps from earlier attempts (%d bytes read)",
-            store.location,
+            "Durable: found %d steps recorded by earlier attempts (%d bytes read)",
             len(loaded.entries),
             loaded.bytes_read,
         )

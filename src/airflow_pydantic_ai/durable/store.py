@@ -187,7 +187,7 @@ class StepStore:
     ``root`` is the filesystem path of the task instance's prefix, ``location`` its URL for people.
     """
 
-    fs: Any
+    fs: Any = field(repr=False)
     root: str
     location: str
     warn: Callable[[str], None] = print
