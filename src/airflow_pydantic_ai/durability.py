@@ -25,6 +25,7 @@ __all__ = [
 
 CONFIG_SECTION = "pydantic_ai"
 _STORAGE_ERROR_MODES = ("warn", "fail")
+_READ_ONLY_SCHEMES = frozenset({"http", "https", "zip", "tar", "github", "git", "libarchive", "reference", "data"})
 _HINT = "use file:///absolute/folder, s3://conn_id@bucket/prefix, gs://conn_id@bucket/prefix or abfs://..."
 
 
@@ -63,6 +64,8 @@ def resolve_cache_path(override: str | None = None) -> Any:
     known = set(fsspec.available_protocols()) | {"file", "local"}
     if scheme not in known:
         raise DurableConfigError(f"{option} {url!r} has an unknown scheme {scheme!r}; {_HINT}")
+    if scheme in _READ_ONLY_SCHEMES:
+        raise DurableConfigError(f"{option} {url!r}: {scheme!r} filesystems are read-only; {_HINT}")
     try:
         path = ObjectStoragePath(url)
     except ImportError as error:
@@ -75,6 +78,13 @@ def resolve_cache_path(override: str | None = None) -> Any:
             f"{option} {url!r} cannot be opened: {error}. Check the connection id in the URL "
             "(scheme://conn_id@bucket/prefix) and that the connection exists."
         ) from error
+    conn_id = getattr(path, "conn_id", None)
+    if conn_id:
+        _check_connection(option, url, conn_id)
+    try:
+        path.fs  # noqa: B018 - resolving the filesystem surfaces a missing provider or bad credentials now
+    except Exception as error:
+        raise DurableConfigError(f"{option} {url!r}: cannot open its filesystem: {error}") from error
     if scheme in ("file", "local"):
         folder = path.path
         try:
@@ -86,6 +96,18 @@ def resolve_cache_path(override: str | None = None) -> Any:
     return path
 
 
+def _check_connection(option: str, url: str, conn_id: str) -> None:
+    from airflow.sdk import BaseHook
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except Exception as error:
+        raise DurableConfigError(
+            f"{option} {url!r} names the connection {conn_id!r}, which cannot be found ({error}). Create it "
+            f"(e.g. AIRFLOW_CONN_{conn_id.upper()}) or fix the id in scheme://conn_id@bucket/prefix."
+        ) from error
+
+
 def _storage_error_mode() -> str:
     mode = _configured("durable_storage_errors", "warn").lower() or "warn"
     if mode not in _STORAGE_ERROR_MODES:
@@ -93,6 +115,28 @@ def _storage_error_mode() -> str:
             f"[{CONFIG_SECTION}] durable_storage_errors {mode!r} is not one of {', '.join(_STORAGE_ERROR_MODES)}"
         )
     return mode
+
+
+# Errors that mean the location itself is wrong (permissions, missing bucket, a file in the way), as
+# opposed to a store that is down for a while.
+_CONFIGURATION_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError)
+
+
+def _check_writable(store: StepStore, storage_errors: str, log: Any) -> None:
+    try:
+        store.probe()
+    except _CONFIGURATION_ERRORS as error:
+        raise DurableConfigError(
+            f"durable_cache_path: cannot write to {store.location} ({type(error).__name__}: {error}). The workers "
+            "need list, get, put and delete permission under the prefix; check the path and the connection."
+        ) from error
+    except Exception as error:
+        if storage_errors == "fail":
+            raise DurableConfigError(
+                f"durable_cache_path: the cache at {store.location} is unreachable ({error}); "
+                "[pydantic_ai] durable_storage_errors = fail stops here."
+            ) from error
+        log.error("Durable: the cache at %s is unreachable (%s); steps will run live", store.location, error)
 
 
 def _cipher() -> Any:
@@ -145,6 +189,7 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
     base_url = str(base)
     store = StepStore.for_task(base.fs, base.path, base_url, identity, warn=log.warning, cipher=_cipher())
     log.info("Durable: the cache of this task instance is %s (delete it to force a fresh run)", store.location)
+    _check_writable(store, storage_errors, log)
     return DurableRun.open(
         store,
         attempt=int(getattr(ti, "try_number", 1) or 1),

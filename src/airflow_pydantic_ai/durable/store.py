@@ -287,6 +287,16 @@ class StepStore:
                 os.unlink(temporary)
             raise
 
+    def probe(self) -> None:
+        """Write and delete a small object under the prefix: proves the cache is writable before any step runs."""
+        name = f".probe-{uuid.uuid4().hex}.tmp"  # names starting with "." are never loaded
+        path = self._path(name)
+        if self.is_local:
+            self._put_local(path, b"probe")
+        else:
+            self.fs.pipe_file(path, b"probe")
+        self.fs.rm_file(path)
+
     def remove(self, name: str) -> None:
         """Delete one entry if it exists."""
         with contextlib.suppress(FileNotFoundError):
