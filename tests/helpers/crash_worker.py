@@ -1,0 +1,429 @@
+"""A durable agent run in a process of its own, to be killed at chosen moments.
+
+``python -m tests.helpers.crash_worker serve`` (cwd and PYTHONPATH = the repo root) imports the durable
+package once, then forks one fresh child process per job it reads on stdin (one JSON object a line),
+so that each job costs milliseconds instead of a second of imports. The parent learns each child's
+pid and may ``SIGKILL`` it; the children are ordinary processes (a kill is a real crash: no
+``finally``, no ``atexit``, no flush). Protocol, one JSON reply a line on stdout:
+
+- ``{"op": "spawn", "job": {...}}`` -> ``{"pid": N}``
+- ``{"op": "wait", "pid": N}`` -> ``{"pid": N, "exit": code}`` (negative: killed by that signal)
+- ``{"op": "exit"}``
+
+``python -m tests.helpers.crash_worker run JOB_JSON`` runs one job in the current process instead.
+
+A job runs a :class:`~airflow_pydantic_ai.durable.DurableRun` on a ``file://`` store (no Airflow
+run): a ``FunctionModel`` asks for ``steps`` sequential calls of the ``work`` tool, then answers with
+all their results. Every model answer and every completed tool call appends a line to the marker
+file (``model N ATTEMPT`` / ``tool N ATTEMPT``, both 1-based) *after* it completed and *before* the
+durable layer stores it. The result (output, counts, replayed entry names, warnings) is written as
+JSON to ``job["result"]``.
+
+Kill points: ``job["kill_at"] = "KIND:N"`` makes the N-th event of KIND create ``job["ready"]`` and
+block until the parent kills the process. Kinds:
+
+- ``tool-start`` (a tool began; its side effect has not happened), ``tool-done`` (its side effect
+  happened, nothing is stored yet), ``model-done`` (the model answered, nothing is stored yet);
+- ``put-partial`` (half of an entry's bytes are in the temporary file), ``put-before-rename`` (the
+  temporary file is complete and synced, not yet renamed), ``put-after-rename`` (the entry is in
+  place), hooked on the ``os`` calls of the real ``StepStore._put_local``;
+- ``torn-direct``: the store writes entries straight to their final name (as a filesystem without
+  atomic rename would), and the N-th write stops half-way: a truncated entry under its real name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+IDENTITY = ("crash_dag", "manual__2026-11-22T04:00:00+00:00", "agent")
+KILL_KINDS = (
+    "tool-start",
+    "tool-done",
+    "model-done",
+    "put-partial",
+    "put-before-rename",
+    "put-after-rename",
+    "torn-direct",
+)
+_BLOCK_SECONDS = 30.0
+
+
+def tool_result(prompt: str, step: int) -> str:
+    """What the ``work`` tool returns for ``step`` (0-based): distinct per step and per prompt."""
+    return f"r{step}-{hashlib.sha256(f'{prompt}/{step}'.encode()).hexdigest()[:10]}"
+
+
+def expected_output(prompt: str, steps: int) -> str:
+    return "final: " + "|".join(tool_result(prompt, step) for step in range(steps))
+
+
+# --- the job, inside the child ---------------------------------------------------------------------
+
+
+@dataclass
+class _Log:
+    lines: list[tuple[str, str]] = field(default_factory=list)
+
+    def _add(self, level: str, msg: str, *args: Any) -> None:
+        self.lines.append((level, msg % args if args else msg))
+
+    def info(self, msg: str, *args: Any, **_: Any) -> None:
+        self._add("info", msg, *args)
+
+    def warning(self, msg: str, *args: Any, **_: Any) -> None:
+        self._add("warning", msg, *args)
+
+    def error(self, msg: str, *args: Any, **_: Any) -> None:
+        self._add("error", msg, *args)
+
+    def debug(self, msg: str, *args: Any, **_: Any) -> None:
+        self._add("debug", msg, *args)
+
+
+class _KillPoints:
+    def __init__(self, spec: str | None, ready: str | None):
+        self.counts: Counter[str] = Counter()
+        self.kind, self.number = None, 0
+        if spec:
+            kind, _, number = spec.partition(":")
+            assert kind in KILL_KINDS, spec
+            self.kind, self.number = kind, int(number)
+        self.ready = ready
+
+    def due(self, kind: str) -> bool:
+        """Count an event of ``kind``; whether the process must stop at it."""
+        self.counts[kind] += 1
+        return kind == self.kind and self.counts[kind] == self.number
+
+    def block(self) -> None:
+        assert self.ready
+        with open(self.ready, "w") as handle:
+            handle.write(str(os.getpid()))
+        time.sleep(_BLOCK_SECONDS)  # the parent kills us long before this
+        os._exit(3)
+
+    def hit(self, kind: str) -> None:
+        if self.due(kind):
+            self.block()
+
+
+class _OsProxy:
+    """The ``os`` module as ``StepStore._put_local`` sees it, with kill points on its calls."""
+
+    def __init__(self, real: Any, points: _KillPoints):
+        self._real = real
+        self._points = points
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def fdopen(self, fd: int, *args: Any, **kwargs: Any) -> Any:
+        return _PartialWriter(self._real.fdopen(fd, *args, **kwargs), self._points)
+
+    def replace(self, src: str, dst: str) -> None:
+        self._points.hit("put-before-rename")
+        self._real.replace(src, dst)
+        self._points.hit("put-after-rename")
+
+
+class _PartialWriter:
+    def __init__(self, handle: Any, points: _KillPoints):
+        self._handle = handle
+        self._points = points
+
+    def __enter__(self) -> _PartialWriter:
+        self._handle.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._handle.__exit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+    def write(self, data: bytes) -> int:
+        if self._points.due("put-partial"):
+            self._handle.write(data[: len(data) // 2])
+            self._handle.flush()
+            self._points.block()
+        return self._handle.write(data)
+
+
+class _TornFileSystem:
+    """A local filesystem without atomic rename: entries are written in place, and can be torn."""
+
+    protocol = "torn-local"  # not "file": StepStore then writes with pipe_file, as on object stores
+
+    def __init__(self, real: Any, points: _KillPoints):
+        self._real = real
+        self._points = points
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def pipe_file(self, path: str, data: bytes, **_: Any) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            if self._points.due("torn-direct"):
+                handle.write(data[: len(data) // 2])
+                handle.flush()
+                self._points.block()
+            handle.write(data)
+
+
+def _mark(marker: str, line: str) -> None:
+    with open(marker, "a") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Run one durable attempt as ``job`` describes; return what happened (also written to job["result"])."""
+    import fsspec
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    import airflow_pydantic_ai.durable.store as store_module
+    from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
+    from airflow_pydantic_ai.durable.run import ModelStep, ToolStep
+
+    if job.get("start_after"):  # a barrier: several jobs start together
+        deadline = time.monotonic() + 20
+        while not os.path.exists(job["start_after"]) and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    attempt = int(job["attempt"])
+    prompt = str(job.get("prompt", "run the crash drill"))
+    steps = int(job.get("steps", 8))
+    marker = job["marker"]
+    tool_sleep = float(job.get("tool_sleep", 0.0))
+    points = _KillPoints(job.get("kill_at"), job.get("ready"))
+    store_module.os = _OsProxy(os, points)  # type: ignore[attr-defined]
+
+    replayed_entries: list[str] = []
+    original_use_replay = ModelStep.use_replay
+    original_replay = ToolStep.replay
+
+    def use_replay(self: Any) -> Any:
+        response = original_use_replay(self)
+        if response is not None:
+            replayed_entries.append(self.entry_name)
+        return response
+
+    def replay(self: Any) -> Any:
+        replayed_entries.append(self.entry_name)
+        return original_replay(self)
+
+    ModelStep.use_replay = use_replay  # type: ignore[method-assign]
+    ToolStep.replay = replay  # type: ignore[method-assign]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [part for message in messages for part in message.parts if isinstance(part, ToolReturnPart)]
+        done = len(returns)
+        if done < steps:
+            response = ModelResponse(parts=[ToolCallPart("work", {"step": done}, tool_call_id=f"call-{done}")])
+        else:
+            response = ModelResponse(parts=[TextPart("final: " + "|".join(str(part.content) for part in returns))])
+        _mark(marker, f"model {done + 1} {attempt}")
+        points.hit("model-done")
+        return response
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def work(step: int) -> str:
+        """Do one step of work (a side effect)."""
+        points.hit("tool-start")
+        if tool_sleep:
+            time.sleep(tool_sleep)
+        result = tool_result(prompt, step)
+        _mark(marker, f"tool {step + 1} {attempt}")
+        points.hit("tool-done")
+        return result
+
+    log = _Log()
+    filesystem: Any = fsspec.filesystem("file")
+    if points.kind == "torn-direct":
+        filesystem = _TornFileSystem(filesystem, points)
+    base = job["base"]
+    store = StepStore.for_task(filesystem, base, f"file://{base}", TaskIdentity(*IDENTITY), warn=log.warning)
+    run = DurableRun.open(store, attempt=attempt, log=log, storage_errors=job.get("storage_errors", "warn"))
+    started = time.monotonic()
+    outcome: dict[str, Any] = {"pid": os.getpid()}
+    try:
+        result = agent.run_sync(prompt, capabilities=[DurableCapability(run)])
+        outcome["output"] = result.output
+    except Exception as error:
+        outcome["error"] = f"{type(error).__name__}: {error}"
+    finally:
+        run.log_summary()
+    if job.get("finish") and "output" in outcome:
+        run.finish()
+    outcome.update(
+        seconds=time.monotonic() - started,
+        replayed={"model": run.replayed.model, "tool": run.replayed.tool},
+        executed={"model": run.executed.model, "tool": run.executed.tool},
+        replayed_entries=replayed_entries,
+        loaded_entries=sorted(run.entries),
+        warnings=[text for level, text in log.lines if level == "warning"],
+        errors=[text for level, text in log.lines if level == "error"],
+        summary=run.summary(),
+        root=store.root,
+    )
+    if job.get("result"):
+        temporary = job["result"] + ".part"
+        with open(temporary, "w") as handle:
+            json.dump(outcome, handle)
+        os.replace(temporary, job["result"])
+    return outcome
+
+
+# --- the fork server --------------------------------------------------------------------------------
+
+
+def _child(job: dict[str, Any]) -> int:
+    log_path = job.get("log") or os.devnull
+    descriptor = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(descriptor, 1)
+    os.dup2(descriptor, 2)
+    os.close(descriptor)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    try:
+        run_job(job)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        return 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 0
+
+
+def serve() -> None:
+    # Import everything a job needs once, before any fork (no thread or event loop exists yet).
+    import fsspec  # noqa: F401
+    from pydantic_ai import Agent  # noqa: F401
+    from pydantic_ai.models.function import FunctionModel  # noqa: F401
+
+    import airflow_pydantic_ai.durable  # noqa: F401
+
+    out = sys.stdout
+
+    def reply(data: dict[str, Any]) -> None:
+        out.write(json.dumps(data) + "\n")
+        out.flush()
+
+    reply({"ready": True, "pid": os.getpid()})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        command = json.loads(line)
+        op = command["op"]
+        if op == "spawn":
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    code = _child(command["job"])
+                finally:
+                    os._exit(code)
+            reply({"pid": pid})
+        elif op == "wait":
+            _, status = os.waitpid(int(command["pid"]), 0)
+            reply({"pid": command["pid"], "exit": os.waitstatus_to_exitcode(status)})
+        elif op == "exit":
+            break
+
+
+# --- the parent's side ------------------------------------------------------------------------------
+
+
+class ForkServer:
+    """The parent's handle on a ``serve`` process (start it once per test module)."""
+
+    def __init__(self) -> None:
+        import subprocess
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[2]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.helpers.crash_worker", "serve"],
+            cwd=root,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        hello = self._read()
+        assert hello.get("ready"), hello
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the fork server exited (code {self.process.poll()})")
+        return json.loads(line)
+
+    def _ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def spawn(self, job: dict[str, Any]) -> int:
+        return int(self._ask({"op": "spawn", "job": job})["pid"])
+
+    def wait(self, pid: int) -> int:
+        """The child's exit code (negative: the signal that killed it)."""
+        return int(self._ask({"op": "wait", "pid": pid})["exit"])
+
+    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Spawn a job, wait for it, return its result (raises with its log when it failed)."""
+        pid = self.spawn(job)
+        code = self.wait(pid)
+        if code != 0 or not os.path.exists(job["result"]):
+            log = ""
+            if job.get("log") and os.path.exists(job["log"]):
+                with open(job["log"]) as handle:
+                    log = handle.read()
+            raise RuntimeError(f"job exited with {code}: {log[-3000:]}")
+        with open(job["result"]) as handle:
+            return json.load(handle)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.process.stdin.flush()
+                self.process.wait(timeout=10)
+            except Exception:
+                self.process.kill()
+                self.process.wait()
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["serve"]:
+        serve()
+    elif argv[:1] == ["run"]:
+        outcome = run_job(json.loads(argv[1]))
+        print(json.dumps(outcome), flush=True)
+    else:
+        raise SystemExit("usage: python -m tests.helpers.crash_worker serve | run JOB_JSON")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
