@@ -55,7 +55,17 @@ def resolve_cache_path(override: str | None = None) -> Any:
     url = (override if override is not None else _configured("durable_cache_path", "")).strip()
     if not url:
         url = "file://" + default_cache_path()
-    scheme = urlsplit(url).scheme if "://" in url else ""
+    try:
+        parts = urlsplit(url)
+    except ValueError as error:
+        raise DurableConfigError(f"{option} {url!r} is not a valid URL ({error}); {_HINT}") from None
+    scheme = parts.scheme if "://" in url else ""
+    if scheme in ("file", "local") and parts.netloc:
+        # file://folder/x reads as host "folder": the cache would land under each worker's current directory.
+        raise DurableConfigError(
+            f"{option} {url!r} is not an absolute local path (a file URL needs three slashes: "
+            f"file:///absolute/folder); {_HINT}"
+        )
     if not scheme:
         if not url.startswith("/"):
             raise DurableConfigError(f"{option} {url!r} is neither a URL nor an absolute path; {_HINT}")

@@ -201,14 +201,9 @@ def test_bad_cache_path_overrides_fail_at_start(tmp_path, monkeypatch, capfd):
     assert not list(locked.iterdir())
 
 
-# --- known gaps (see the reasons) --------------------------------------------------------------------
+# --- malformed URLs, and file URLs that are not absolute ----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="durability.py resolve_cache_path: urlsplit(url) raises ValueError('Invalid IPv6 URL') for an "
-    "unbalanced '[' and it escapes unwrapped: the message names neither durable_cache_path nor a fix",
-)
 def test_unparseable_url_names_the_option(capfd):
     dr = run_dag(make_dag("bad_input_ipv6", {"agent": "s3://[bucket/prefix"}))
     out = capfd.readouterr().out
@@ -216,12 +211,6 @@ def test_unparseable_url_names_the_option(capfd):
     assert_failed_at_start(dr, out, "agent", "durable_cache_path")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="durability.py resolve_cache_path: 'file://relative/cache' (a host part, no absolute path) is "
-    "accepted and resolved against the worker's current directory, so each worker gets its own cache and "
-    "the 'neither a URL nor an absolute path' check is bypassed",
-)
 def test_file_url_with_a_relative_path_is_rejected(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
     dr = run_dag(make_dag("bad_input_file_relative", {"agent": "file://relative/cache"}))

@@ -160,6 +160,14 @@ def _unrebuildable_payload(path: Path) -> bytes:
     return _reencoded(path, payload={"response": {"parts": 7, "kind": "response"}})
 
 
+def _payload_of_the_wrong_shape(path: Path) -> bytes:
+    """A valid, checksummed entry whose payload holds a number where an object belongs."""
+    body = json.loads(path.read_bytes())
+    if body["kind"] == "tool":
+        return _reencoded(path, payload={"outcome": "return", "value": 5})
+    return _reencoded(path, payload={"response": 5})
+
+
 # Each damage: (path of the target, path of a sibling entry of the same kind) -> what to do.
 def _write(path: Path, data: bytes) -> None:
     path.write_bytes(data)
@@ -180,6 +188,7 @@ DAMAGES: dict[str, Any] = {
     "wrong-schema-field": lambda path, other: _write(path, _reencoded(path, step="two")),
     "wrong-schema-kind": lambda path, other: _write(path, _reencoded(path, kind="thought")),
     "unrebuildable-payload": lambda path, other: _write(path, _unrebuildable_payload(path)),
+    "payload-of-the-wrong-shape": lambda path, other: _write(path, _payload_of_the_wrong_shape(path)),
     "future-schema-version": lambda path, other: _write(path, _future_version(path)),
     "foreign-json-object": lambda path, other: _write(path, json.dumps({"hello": "world", "step": 1}).encode()),
     "foreign-json-array": lambda path, other: _write(path, b"[1, 2, 3]"),
@@ -237,12 +246,6 @@ def test_damaged_entry_is_ignored_and_its_step_runs_live(tmp_path, damage, targe
         assert not log.at("error")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="run.py DurableRun.model_step: an entry that loads but cannot be rebuilt falls through to "
-    "_explain_miss, which reports a divergence ('changed: an earlier step ... every step after it runs "
-    "live') although nothing changed and the later steps do replay",
-)
 def test_unrebuildable_model_entry_does_not_claim_the_run_diverged(tmp_path):
     harness = Harness(base=str(tmp_path / "cache"))
     calls: Counter[str] = Counter()
@@ -256,13 +259,6 @@ def test_unrebuildable_model_entry_does_not_claim_the_run_diverged(tmp_path):
     assert not [warning for warning in log.at("warning") if "differs from what attempt" in warning], log.at("warning")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store.py StepEntry.from_bytes/_parse catch only ValueError/UnicodeDecodeError (and "
-    "KeyError/TypeError/ValueError for fields): a deeply nested JSON entry raises RecursionError, an entry "
-    "whose step is 1e999 raises OverflowError; either escapes StepStore.load(), so DurableRun.open drops "
-    "the WHOLE cache (storage_errors=warn: every step runs live) or fails the task (storage_errors=fail)",
-)
 @pytest.mark.parametrize("storage_errors", ["warn", "fail"])
 @pytest.mark.parametrize("damage", ["deeply-nested-json", "step-is-infinity"])
 def test_one_pathological_entry_does_not_cost_the_whole_cache(tmp_path, damage, storage_errors):

@@ -205,7 +205,9 @@ class DurableRun:
                 self._pending_tool_replays = self._cached_tool_calls(messages, step.replayed)
                 return step
         self._pending_tool_replays = 0
-        self._explain_miss(step)
+        if entry is None:
+            # An entry that exists but cannot be rebuilt was reported above; the request did not change.
+            self._explain_miss(step)
         return step
 
     def _cached_tool_calls(self, messages: Sequence[ModelMessage], response: ModelResponse) -> int:
@@ -290,7 +292,7 @@ class DurableRun:
                     step.replayed_error = _RAISED_OUTCOMES[outcome](str(entry.payload["message"]))
                 else:
                     raise UnsupportedValue(f"unknown outcome {outcome!r}")
-            except (UnsupportedValue, KeyError) as error:
+            except Exception as error:  # whatever is wrong with the stored outcome, run the tool live
                 self.log.warning(
                     "Durable: cache entry %s%s cannot be rebuilt (%s); tool %s runs live",
                     self.store.location,

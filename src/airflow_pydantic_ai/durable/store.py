@@ -132,7 +132,20 @@ class StepEntry:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, name: str, cipher: Cipher | None = None) -> StepEntry:
-        """Parse and verify a stored entry; raises :class:`CorruptEntry` with the reason."""
+        """Parse and verify a stored entry; raises :class:`CorruptEntry` with the reason.
+
+        Whatever is wrong with one entry (including JSON nested too deep to parse, or numbers out
+        of range) is a :class:`CorruptEntry`: one bad entry must never cost the rest of the cache.
+        """
+        try:
+            return cls._verified(data, name=name, cipher=cipher)
+        except CorruptEntry:
+            raise
+        except Exception as error:  # RecursionError, OverflowError, MemoryError's milder cousins...
+            raise CorruptEntry(f"it cannot be parsed ({type(error).__name__}: {error})") from None
+
+    @classmethod
+    def _verified(cls, data: bytes, *, name: str, cipher: Cipher | None) -> StepEntry:
         body = _parse(data)
         if "encrypted" in body:
             if cipher is None:
