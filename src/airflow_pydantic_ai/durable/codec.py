@@ -1,15 +1,31 @@
 """JSON encoding of what a durable run stores: model responses and tool results.
 
-No pickle: a tool result is stored as tagged JSON, and replayed with its type when the type can be
-rebuilt (pydantic models, dataclasses such as pydantic-ai's ``ToolReturn`` and ``BinaryContent``,
-bytes). A value whose round trip through JSON would not give the same value back is not cached.
+No pickle. A tool result made only of JSON types is stored as it is. Anything else is stored as a
+tree of tagged JSON nodes (``{"type": "bytes", ...}``, ``{"type": "dataclass", "class": ...,
+"fields": {...}}``...) that records the exact type of every value inside it, so that a replay
+hands pydantic-ai the very objects the tool returned: a ``BinaryImage`` stays a ``BinaryImage``,
+a subclass held in a field typed with its base class keeps its own fields, a model nested in a
+``ToolReturn``'s ``metadata`` comes back as that model.
+
+Before a value is stored, its tree is rebuilt and compared with the original, type by type: what
+would not come back identical is not cached (the caller says so in the log, naming the tool).
+
+Classes are looked up only in modules the process has already imported (the DAG file imports the
+types its tools return), so a cache entry can never make a worker import a module.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-import importlib
+import datetime as dt
+import decimal
+import enum
+import math
+import sys
+import uuid
+import zoneinfo
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +43,7 @@ __all__ = [
 ]
 
 _RESPONSE_ADAPTER: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
+_MAX_DEPTH = 200
 
 
 class UnsupportedValue(ValueError):
@@ -45,87 +62,281 @@ def decode_response(data: Any) -> ModelResponse:
 
 
 def is_plain_json(value: Any, _depth: int = 0) -> bool:
-    """Whether ``value`` is made only of JSON types (str keys), so it round-trips unchanged."""
-    if _depth > 200:
+    """Whether ``value`` is made only of exact JSON types (no subclasses, str keys, finite floats)."""
+    if _depth > _MAX_DEPTH:
         return False
-    if value is None or isinstance(value, (str, bool)):
+    kind = type(value)
+    if value is None or kind is str or kind is bool or kind is int:
         return True
-    if isinstance(value, int):
-        return type(value) is int
-    if isinstance(value, float):
-        return type(value) is float and value == value and value not in (float("inf"), float("-inf"))
-    if type(value) is list:
+    if kind is float:
+        return math.isfinite(value)
+    if kind is list:
         return all(is_plain_json(item, _depth + 1) for item in value)
-    if type(value) is dict:
-        return all(isinstance(key, str) and is_plain_json(item, _depth + 1) for key, item in value.items())
+    if kind is dict:
+        return all(type(key) is str and is_plain_json(item, _depth + 1) for key, item in value.items())
     return False
 
 
-def _class_path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _import_class(path: str) -> type:
-    module_name, _, qualname = path.partition(":")
-    target: Any = importlib.import_module(module_name)
-    for name in qualname.split("."):
-        target = getattr(target, name)
-    if not isinstance(target, type):
-        raise UnsupportedValue(f"{path} is not a class")
-    return target
-
-
-def _encode_typed(value: Any) -> dict[str, Any]:
-    cls = type(value)
-    if "<locals>" in cls.__qualname__:
-        raise UnsupportedValue(f"{cls.__qualname__} is defined inside a function and cannot be rebuilt")
-    if isinstance(value, BaseModel):
-        return {"type": "pydantic", "class": _class_path(cls), "value": value.model_dump(mode="json")}
-    if dataclasses.is_dataclass(value):
-        data = TypeAdapter(cls).dump_python(value, mode="json")
-        return {"type": "dataclass", "class": _class_path(cls), "value": data}
-    raise UnsupportedValue(f"a {cls.__name__} cannot be stored as JSON")
-
-
-def _decode_typed(encoded: dict[str, Any]) -> Any:
-    cls = _import_class(encoded["class"])
-    if encoded["type"] == "pydantic":
-        if not issubclass(cls, BaseModel):
-            raise UnsupportedValue(f"{encoded['class']} is no longer a pydantic model")
-        return cls.model_validate(encoded["value"])
-    return TypeAdapter(cls).validate_python(encoded["value"])
-
-
 def encode_value(value: Any) -> dict[str, Any]:
-    """Tagged JSON for a tool result; raises :class:`UnsupportedValue` if it cannot be rebuilt."""
+    """Tagged JSON for a tool result; raises :class:`UnsupportedValue` if it cannot be rebuilt exactly."""
     if is_plain_json(value):
         return {"type": "json", "value": value}
-    if isinstance(value, (bytes, bytearray)):
-        return {"type": "bytes", "value": base64.b64encode(bytes(value)).decode("ascii")}
     try:
-        encoded = _encode_typed(value)
-        # The stored form must survive a round trip, or a replay would hand back something else.
-        if _encode_typed(_decode_typed(encoded)) != encoded:
-            raise UnsupportedValue(f"a {type(value).__name__} does not survive a JSON round trip")
+        encoded = _encode(value, 0)
+        # The stored form must give back the same value, type for type, or a replay would differ.
+        if not _same(_decode(encoded, 0), value, 0):
+            raise UnsupportedValue(f"a {type(value).__name__} does not come back identical from its JSON form")
     except UnsupportedValue:
         raise
+    except RecursionError:
+        raise UnsupportedValue(f"a {type(value).__name__} is nested too deeply") from None
     except Exception as error:
         raise UnsupportedValue(f"a {type(value).__name__} cannot be stored as JSON: {error}") from error
     return encoded
 
 
-def decode_value(encoded: dict[str, Any]) -> Any:
+def decode_value(encoded: Any) -> Any:
     """Rebuild a tool result from :func:`encode_value`'s output; raises :class:`UnsupportedValue`."""
-    kind = encoded.get("type")
     try:
-        if kind == "json":
-            return encoded["value"]
-        if kind == "bytes":
-            return base64.b64decode(encoded["value"])
-        if kind in ("pydantic", "dataclass"):
-            return _decode_typed(encoded)
+        return _decode(encoded, 0)
     except UnsupportedValue:
         raise
     except Exception as error:
-        raise UnsupportedValue(f"stored {kind} value cannot be rebuilt: {error}") from error
+        raise UnsupportedValue(f"the stored value cannot be rebuilt: {type(error).__name__}: {error}") from error
+
+
+# --- encoding ------------------------------------------------------------------------------------
+
+
+def _class_path(cls: type) -> str:
+    if "<locals>" in cls.__qualname__:
+        raise UnsupportedValue(f"{cls.__qualname__} is defined inside a function and cannot be rebuilt")
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _encode_datetime(value: dt.datetime | dt.time) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": type(value).__name__, "value": value.isoformat(), "fold": value.fold}
+    zone = value.tzinfo
+    if zone is None or type(zone) is dt.timezone:
+        return node
+    if type(zone) is zoneinfo.ZoneInfo and zone.key:
+        node["value"] = value.replace(tzinfo=None).isoformat()
+        node["zone"] = zone.key
+        return node
+    raise UnsupportedValue(f"a {type(value).__name__} with a {type(zone).__name__} time zone cannot be rebuilt")
+
+
+def _fields_of(value: Any, names: Any, depth: int) -> dict[str, Any]:
+    return {name: _encode(getattr(value, name), depth + 1) for name in names}
+
+
+def _json(node: dict[str, Any]) -> bool:
+    return node["type"] == "json"
+
+
+def _encode(value: Any, depth: int) -> dict[str, Any]:
+    if depth > _MAX_DEPTH:
+        raise UnsupportedValue("it is nested too deeply")
+    kind = type(value)
+    if value is None or kind is str or kind is bool or kind is int or (kind is float and math.isfinite(value)):
+        return {"type": "json", "value": value}
+    if kind is float:  # nan, inf, -inf
+        return {"type": "float", "value": repr(value)}
+    if kind is list or kind is tuple or kind is set or kind is frozenset:
+        items = [_encode(item, depth + 1) for item in value]
+        if kind is list and all(_json(item) for item in items):  # a plain JSON list: one untagged leaf
+            return {"type": "json", "value": [item["value"] for item in items]}
+        return {"type": kind.__name__, "items": items}
+    if kind is dict:
+        pairs = [(_encode(key, depth + 1), _encode(item, depth + 1)) for key, item in value.items()]
+        if all(type(key) is str and _json(item) for key, (_, item) in zip(value, pairs, strict=True)):
+            return {"type": "json", "value": {key["value"]: item["value"] for key, item in pairs}}
+        return {"type": "dict", "items": [[key, item] for key, item in pairs]}
+    if kind is bytes or kind is bytearray:
+        return {"type": kind.__name__, "value": _b64(bytes(value))}
+    if kind is dt.datetime or kind is dt.time:
+        return _encode_datetime(value)
+    if kind is dt.date:
+        return {"type": "date", "value": value.isoformat()}
+    if kind is dt.timedelta:
+        return {"type": "timedelta", "value": [value.days, value.seconds, value.microseconds]}
+    if kind is uuid.UUID:
+        return {"type": "uuid", "value": str(value)}
+    if kind is decimal.Decimal:
+        return {"type": "decimal", "value": str(value)}
+    if isinstance(value, enum.Enum):
+        return {"type": "enum", "class": _class_path(kind), "name": value.name}
+    if isinstance(value, BaseModel):
+        node: dict[str, Any] = {
+            "type": "pydantic",
+            "class": _class_path(kind),
+            "fields": _fields_of(value, kind.model_fields, depth),
+            "set": sorted(value.model_fields_set),
+        }
+        if value.__pydantic_extra__ is not None:
+            node["extra"] = _encode(dict(value.__pydantic_extra__), depth + 1)
+        if value.__pydantic_private__ is not None:
+            node["private"] = _encode(dict(value.__pydantic_private__), depth + 1)
+        return node
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [item.name for item in dataclasses.fields(value)]
+        node = {"type": "dataclass", "class": _class_path(kind), "fields": _fields_of(value, names, depth)}
+        # State set outside the declared fields (by __post_init__, say) must come back too.
+        attributes = [name for name in getattr(value, "__dict__", {}) if name not in node["fields"]]
+        if attributes:
+            node["attributes"] = _fields_of(value, attributes, depth)
+        return node
+    raise UnsupportedValue(f"a {kind.__name__} cannot be stored as JSON")
+
+
+# --- decoding ------------------------------------------------------------------------------------
+
+
+def _import_class(path: str, is_expected: Callable[[type], bool], what: str) -> Any:
+    module_name, _, qualname = str(path).partition(":")
+    target: Any = sys.modules.get(module_name)
+    if target is None:
+        raise UnsupportedValue(f"module {module_name!r} of {path} is not imported in this process")
+    for name in qualname.split("."):
+        target = getattr(target, name, None)
+        if target is None:
+            raise UnsupportedValue(f"{path} no longer exists")
+    if not isinstance(target, type) or not is_expected(target):
+        raise UnsupportedValue(f"{path} is no longer {what}")
+    return target
+
+
+def _is_enum(cls: type) -> bool:
+    return issubclass(cls, enum.Enum)
+
+
+def _is_model(cls: type) -> bool:
+    return issubclass(cls, BaseModel)
+
+
+def _is_dataclass(cls: type) -> bool:
+    return dataclasses.is_dataclass(cls)
+
+
+def _rebuilt(cls: type, fields: dict[str, Any]) -> Any:
+    """An instance of ``cls`` with exactly these field values, without running its ``__init__``."""
+    instance: Any = object.__new__(cls)
+    for name, item in fields.items():
+        object.__setattr__(instance, name, item)
+    return instance
+
+
+def _decode_fields(node: dict[str, Any], expected: Any, depth: int) -> dict[str, Any]:
+    fields = node["fields"]
+    if not isinstance(fields, dict) or set(fields) != set(expected):
+        raise UnsupportedValue(f"the fields of {node['class']} changed since the value was stored")
+    return {name: _decode(item, depth + 1) for name, item in fields.items()}
+
+
+def _decode_datetime(node: dict[str, Any]) -> Any:
+    parse = dt.datetime.fromisoformat if node["type"] == "datetime" else dt.time.fromisoformat
+    value = parse(node["value"])
+    if "zone" in node:
+        value = value.replace(tzinfo=zoneinfo.ZoneInfo(node["zone"]))
+    return value.replace(fold=int(node.get("fold", 0)))
+
+
+def _decode(node: Any, depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        raise UnsupportedValue("it is nested too deeply")
+    if not isinstance(node, dict):
+        raise UnsupportedValue(f"a stored node is a {type(node).__name__}, not an object")
+    kind = node.get("type")
+    if kind == "json":
+        return node["value"]
+    if kind in ("list", "tuple", "set", "frozenset"):
+        items = [_decode(item, depth + 1) for item in node["items"]]
+        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+    if kind == "dict":
+        return {_decode(key, depth + 1): _decode(item, depth + 1) for key, item in node["items"]}
+    if kind in ("bytes", "bytearray"):
+        data = base64.b64decode(node["value"], validate=True)
+        return data if kind == "bytes" else bytearray(data)
+    if kind == "float":
+        return float(node["value"])
+    if kind in ("datetime", "time"):
+        return _decode_datetime(node)
+    if kind == "date":
+        return dt.date.fromisoformat(node["value"])
+    if kind == "timedelta":
+        days, seconds, microseconds = node["value"]
+        return dt.timedelta(days=days, seconds=seconds, microseconds=microseconds)
+    if kind == "uuid":
+        return uuid.UUID(node["value"])
+    if kind == "decimal":
+        return decimal.Decimal(node["value"])
+    if kind == "enum":
+        return _import_class(node["class"], _is_enum, "an enum")[node["name"]]
+    if kind == "pydantic":
+        cls = _import_class(node["class"], _is_model, "a pydantic model")
+        instance: Any = cls.__new__(cls)
+        object.__setattr__(instance, "__dict__", _decode_fields(node, cls.model_fields, depth))
+        object.__setattr__(instance, "__pydantic_fields_set__", set(node["set"]))
+        extra, private = node.get("extra"), node.get("private")
+        object.__setattr__(instance, "__pydantic_extra__", None if extra is None else _decode(extra, depth + 1))
+        object.__setattr__(instance, "__pydantic_private__", None if private is None else _decode(private, depth + 1))
+        return instance
+    if kind == "dataclass":
+        cls = _import_class(node["class"], _is_dataclass, "a dataclass")
+        names = [item.name for item in dataclasses.fields(cls)]
+        attributes = node.get("attributes") or {}
+        state = {name: _decode(item, depth + 1) for name, item in attributes.items()}
+        return _rebuilt(cls, {**_decode_fields(node, names, depth), **state})
     raise UnsupportedValue(f"unknown stored value type {kind!r}")
+
+
+# --- the round-trip check ------------------------------------------------------------------------
+
+
+def _same(rebuilt: Any, original: Any, depth: int) -> bool:
+    """Equal, and of the same type at every level (``1 == 1.0 == True`` is not the same here)."""
+    if depth > _MAX_DEPTH or type(rebuilt) is not type(original):
+        return False
+    kind = type(original)
+    if kind is float:
+        return rebuilt == original or (math.isnan(rebuilt) and math.isnan(original))
+    if kind is list or kind is tuple:
+        return len(rebuilt) == len(original) and all(
+            _same(a, b, depth + 1) for a, b in zip(rebuilt, original, strict=True)
+        )
+    if kind is dict:
+        if len(rebuilt) != len(original):
+            return False
+        return all(
+            _same(a_key, b_key, depth + 1) and _same(a_item, b_item, depth + 1)
+            for (a_key, a_item), (b_key, b_item) in zip(rebuilt.items(), original.items(), strict=True)
+        )
+    if kind is set or kind is frozenset:
+        # Members are hashable: pair each rebuilt member with the original member it equals.
+        members = {member: member for member in original}
+        return rebuilt == original and all(_same(member, members[member], depth + 1) for member in rebuilt)
+    if kind is dt.datetime or kind is dt.time:
+        return rebuilt == original and rebuilt.tzinfo == original.tzinfo and rebuilt.fold == original.fold
+    if isinstance(original, BaseModel):
+        names = list(kind.model_fields)
+        return (
+            rebuilt.model_fields_set == original.model_fields_set
+            and _same_attributes(rebuilt, original, names, depth)
+            and _same(rebuilt.__pydantic_extra__, original.__pydantic_extra__, depth + 1)
+            and _same(rebuilt.__pydantic_private__, original.__pydantic_private__, depth + 1)
+        )
+    if dataclasses.is_dataclass(original):
+        names = [item.name for item in dataclasses.fields(original)]
+        names += [name for name in getattr(original, "__dict__", {}) if name not in names]
+        if set(getattr(rebuilt, "__dict__", {})) != set(getattr(original, "__dict__", {})):
+            return False
+        return _same_attributes(rebuilt, original, names, depth)
+    return bool(rebuilt == original)
+
+
+def _same_attributes(rebuilt: Any, original: Any, names: list[str], depth: int) -> bool:
+    return all(_same(getattr(rebuilt, name), getattr(original, name), depth + 1) for name in names)

@@ -1,0 +1,144 @@
+"""The tool-result codec on its own: exact round trips, and what a stored entry can never make us do."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from airflow_pydantic_ai.durable.codec import UnsupportedValue, decode_value, encode_value
+
+
+def _exact(value: Any) -> Any:
+    """A comparable picture of ``value`` with the type of every node in it."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_exact(item) for item in value])
+    if isinstance(value, dict):
+        return ("dict", [(_exact(key), _exact(item)) for key, item in value.items()])
+    if isinstance(value, (set, frozenset)):
+        return (type(value).__name__, sorted(repr(_exact(item)) for item in value))
+    if isinstance(value, float) and value != value:
+        return ("float", "nan")
+    return (type(value).__name__, repr(value))
+
+
+hashables = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.uuids(),
+    st.datetimes(timezones=st.one_of(st.none(), st.timezones())),
+    st.dates(),
+    st.timedeltas(),
+    st.decimals(allow_nan=False),
+)
+values = st.recursive(
+    st.one_of(hashables, st.floats(), st.binary(max_size=8).map(bytearray)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=4).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=4), st.integers()), children, max_size=4),
+        st.frozensets(hashables, max_size=4),
+        st.sets(hashables, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values)
+def test_every_supported_value_round_trips_type_for_type(value):
+    try:
+        encoded = encode_value(value)
+    except UnsupportedValue as refused:
+        # Only datetimes in zones we cannot name are refused (hypothesis also makes custom tzinfos).
+        assert "time zone" in str(refused), refused
+        return
+    stored = json.loads(json.dumps(encoded, allow_nan=False))  # what the entry really holds: strict JSON
+    assert _exact(decode_value(stored)) == _exact(value)
+
+
+class Page(BaseModel):
+    lines: list[str]
+    meta: dict[str, int]
+
+
+@dataclass
+class Pair:
+    left: int
+    right: int
+
+
+def test_plain_json_inside_a_typed_value_is_stored_untagged():
+    page = Page(lines=[f"line {n}" for n in range(1000)], meta={"n": 1000})
+    encoded = encode_value(page)
+    assert encoded["fields"]["lines"] == {"type": "json", "value": page.lines}
+    plain = len(json.dumps(page.model_dump()))
+    assert len(json.dumps(encoded)) < 1.1 * plain + 300
+
+
+def test_a_stored_class_is_never_imported(tmp_path, monkeypatch):
+    """An entry naming a module this process has not imported is refused, and the module stays unimported."""
+    (tmp_path / "never_imported_by_a_cache.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_suffix('.ran').touch()\n"
+        "from dataclasses import dataclass\n@dataclass\nclass X:\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    node = {"type": "dataclass", "class": "never_imported_by_a_cache:X", "fields": {}}
+    with pytest.raises(UnsupportedValue, match="not imported"):
+        decode_value(node)
+    assert "never_imported_by_a_cache" not in sys.modules
+    assert not (tmp_path / "never_imported_by_a_cache.ran").exists()
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"type": "dataclass", "class": "subprocess:Popen", "fields": {}},
+        {"type": "pydantic", "class": "builtins:dict", "fields": {}, "set": []},
+        {"type": "enum", "class": "os:environ", "name": "PATH"},
+        {"type": "dataclass", "class": f"{__name__}:Pair", "fields": {"left": {"type": "json", "value": 1}}},
+        {"type": "list", "items": [5]},
+        {"type": "bytes", "value": "not base64!"},
+        {"type": "martian"},
+        [1, 2],
+    ],
+    ids=[
+        "not-a-dataclass",
+        "not-a-model",
+        "not-an-enum",
+        "fields-changed",
+        "bare-item",
+        "bad-base64",
+        "unknown",
+        "list",
+    ],
+)
+def test_a_stored_node_that_does_not_fit_is_refused(node):
+    import subprocess  # noqa: F401 - imported, so only the class check can refuse it
+
+    with pytest.raises(UnsupportedValue) as refused:
+        decode_value(node)
+    assert "not imported" not in str(refused.value), "refused for another reason than the one under test"
+
+
+def test_a_dataclass_holding_the_wrong_number_type_comes_back_as_stored():
+    pair = Pair(left=1, right=True)  # type: ignore[arg-type]  # dataclasses do not validate
+    assert _exact(decode_value(encode_value(pair)).right) == ("bool", "True")
+
+
+def test_values_that_compare_equal_but_differ_in_type_are_not_confused():
+    value = {"a": [1, 1.0, True, decimal.Decimal(1)], "b": (dt.date(2026, 1, 1), uuid.UUID(int=1))}
+    assert _exact(decode_value(encode_value(value))) == _exact(value)
