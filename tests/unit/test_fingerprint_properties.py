@@ -307,6 +307,34 @@ def test_incremental_digests_equal_fresh_ones(spec):
 
 
 @PROPERTY_SETTINGS
+@given(spec=specs, data=st.data())
+def test_memo_follows_a_conversation_that_shrinks_or_is_rewritten(spec, data):
+    """Histories edited between requests (compaction, a capability rewriting a message): never a stale digest."""
+    import copy
+
+    from tests.helpers.fingerprint_specs import build
+
+    messages, model_settings, parameters = build(spec)
+    other_messages, _, _ = build({**spec, "prompt": spec["prompt"] + " (edited)"})
+    kwargs = {"model_identity": spec["model"], "settings": model_settings, "parameters": parameters}
+    memo = MessageDigests()
+    current = list(messages)
+    for _ in range(data.draw(st.integers(1, 6), label="requests")):
+        operation = data.draw(st.sampled_from(["grow", "shrink", "copy", "swap"]), label="operation")
+        index = data.draw(st.integers(0, len(current) - 1), label="index")
+        if operation == "grow":
+            current = list(messages)
+        elif operation == "shrink":
+            current = current[: index + 1]
+        elif operation == "copy":  # an equal message in a new object
+            current = [*current[:index], copy.deepcopy(current[index]), *current[index + 1 :]]
+        else:  # a different message at that point
+            current = [*current[:index], other_messages[min(index, len(other_messages) - 1)], *current[index + 1 :]]
+        incremental = fingerprint_request(messages=current, memo=memo, **kwargs)
+        assert incremental == fingerprint_request(messages=list(current), memo=MessageDigests(), **kwargs)
+
+
+@PROPERTY_SETTINGS
 @given(
     arguments=st.dictionaries(names, json_values, min_size=1, max_size=5),
     indent=st.sampled_from([None, 0, 1, 4]),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,7 +196,7 @@ class MessageDigests:
     """
 
     _by_id: dict[int, tuple[ModelMessage, _MessageDigest]] = field(default_factory=dict)
-    _prefix_ids: list[int] = field(default_factory=list)
+    _prefix: list[ModelMessage] = field(default_factory=list)
     _prefix_chains: list[_Chain] = field(default_factory=list)
 
     def message(self, message: ModelMessage) -> _MessageDigest:
@@ -208,16 +209,20 @@ class MessageDigests:
 
     def chain(self, messages: Sequence[ModelMessage]) -> _Chain:
         """Digests of the whole conversation ``messages``."""
-        shared = 0
-        limit = min(len(messages), len(self._prefix_ids))
-        while shared < limit and self._prefix_ids[shared] == id(messages[shared]):
-            shared += 1
-        del self._prefix_ids[shared:]
-        del self._prefix_chains[shared:]
+        remembered = len(self._prefix)
+        if len(messages) >= remembered and all(map(operator.is_, messages, self._prefix)):
+            # The usual case, a conversation that grew: one identity check per message, in C.
+            shared = remembered
+        else:
+            shared, limit = 0, min(len(messages), remembered)
+            while shared < limit and messages[shared] is self._prefix[shared]:
+                shared += 1
+            del self._prefix[shared:]
+            del self._prefix_chains[shared:]
         current = self._prefix_chains[-1] if self._prefix_chains else _Chain()
         for message in messages[shared:]:
             current = current.extend(self.message(message))
-            self._prefix_ids.append(id(message))
+            self._prefix.append(message)
             self._prefix_chains.append(current)
         return current
 
