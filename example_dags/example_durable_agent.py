@@ -14,6 +14,7 @@ its tools run live.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, get_current_context, task
@@ -21,17 +22,20 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from airflow_pydantic_ai.operators.agent import AgentOperator
 
+# The tools run in a worker thread beside the durable layer's own log lines: log, don't print.
+log = logging.getLogger("example_durable_agent.tools")
+
 
 def fetch_ticket(ticket_id: int) -> dict:
     """Fetch a support ticket (a stand-in for a slow, billed API)."""
-    print(f"fetch_ticket({ticket_id}) called")
+    log.info("fetch_ticket(%s) called", ticket_id)
     return {"id": ticket_id, "title": "Login page times out", "priority": "high"}
 
 
 def notify_team(ticket_id: int) -> str:
     """Post the ticket to the team channel; the 'API' is down on the first try."""
     try_number = get_current_context()["ti"].try_number
-    print(f"notify_team({ticket_id}) called on try {try_number}")
+    log.info("notify_team(%s) called on try %s", ticket_id, try_number)
     if try_number == 1:
         raise ConnectionError("team chat API unavailable (simulated, first try only)")
     return f"ticket {ticket_id} posted"
