@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable.codec import iter_text
 
 __all__ = [
     "CONFIG_SECTION",
@@ -176,12 +177,24 @@ def _cipher() -> Any:
     return fernet
 
 
-def _redactor() -> Any:
+def _secret_finder() -> Any:
+    """A check for values registered with Airflow's secrets masker (connection passwords, ``mask_secret``...).
+
+    Only registered *values* count: a key that merely sounds sensitive (``tokens``, ``password_hint``)
+    does not stop a step from being cached. The masker's pattern is read at every check, since secrets
+    are registered while the task runs.
+    """
     try:
-        from airflow.sdk._shared.secrets_masker import redact
+        from airflow.sdk._shared.secrets_masker import _secrets_masker
     except ImportError:  # pragma: no cover - older task SDKs
-        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
-    return redact
+        from airflow.sdk.execution_time.secrets_masker import _secrets_masker  # type: ignore[no-redef]
+    masker = _secrets_masker()
+
+    def contains_secret(payload: Any) -> bool:
+        pattern = masker.replacer
+        return pattern is not None and any(pattern.search(text) for text in iter_text(payload))
+
+    return contains_secret
 
 
 def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) -> DurableRun:
@@ -204,6 +217,6 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
         store,
         attempt=int(getattr(ti, "try_number", 1) or 1),
         log=log,
-        redact=_redactor(),
+        contains_secret=_secret_finder(),
         storage_errors=storage_errors,  # type: ignore[arg-type]
     )

@@ -154,3 +154,85 @@ def test_encryption_without_a_fernet_key_fails_at_start(tmp_path, monkeypatch, c
     assert dr.state == "failed"
     assert "durable_encrypt is on but [core] fernet_key is empty" in out
     assert calls == {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
+
+
+def _two_tool_dag(dag_id: str, calls: dict[str, int], result: Any, on_retry: Any):
+    """``fetch`` returns ``result()``; ``notify`` fails on the first try only."""
+    from airflow.sdk import DAG, get_current_context
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    def fetch(customer_id: int) -> Any:
+        """Fetch a record."""
+        calls["fetch"] += 1
+        return result()
+
+    def notify(customer_id: int) -> str:
+        """Notify; down on the first try."""
+        calls["notify"] += 1
+        if get_current_context()["ti"].try_number == 1:
+            raise ConnectionError("down")
+        return "ok"
+
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        default_args={"retries": 1, "retry_delay": timedelta(0)},
+    ) as dag:
+        AgentOperator(
+            task_id="agent",
+            prompt="Check customer 7.",
+            model_id="test",
+            toolsets=[FunctionToolset([fetch, notify])],
+            durable=True,
+            on_retry_callback=on_retry,
+        )
+    return dag
+
+
+def test_keys_that_only_sound_sensitive_do_not_stop_caching(tmp_path, monkeypatch, capfd):
+    """Only registered secret *values* keep a step out of the cache, not key names like ``tokens``."""
+    base = tmp_path / "cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    record = {"tokens": ["hello", "world"], "password_hint": "the usual", "api_key_set": True}
+    calls = {"fetch": 0, "notify": 0}
+    dr = run_dag(_two_tool_dag("security_innocent_keys", calls, lambda: record, None))
+    out = capfd.readouterr().out
+    assert dr.state == "success"
+    assert "registered as secret" not in out
+    assert calls == {"fetch": 1, "notify": 2}, "the record was cached and replayed"
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["json-escaped-characters", "inside-bytes", "inside-a-nested-key"],
+)
+def test_a_secret_never_reaches_the_stored_bytes_in_any_form(tmp_path, monkeypatch, capfd, shape):
+    from airflow.sdk.log import mask_secret
+    from pydantic_ai.messages import BinaryContent
+
+    secret = 'pa"ss\\word-\u00e9-91c2f0' if shape == "json-escaped-characters" else "sk-live-0b7e1d93aa41"
+    results = {
+        "json-escaped-characters": lambda: f"connected with {secret}",
+        "inside-bytes": lambda: BinaryContent(data=f"token={secret}".encode(), media_type="text/plain"),
+        "inside-a-nested-key": lambda: {"customers": [{secret: "gold"}]},
+    }
+    base = tmp_path / "cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    mask_secret(secret)
+    stored: dict[str, bytes] = {}
+    calls = {"fetch": 0, "notify": 0}
+    dr = run_dag(
+        _two_tool_dag(f"security_forms_{shape.replace('-', '_')}", calls, results[shape], _snapshot(base, stored))
+    )
+    out = capfd.readouterr().out
+    assert dr.state == "success"
+    assert stored, "the other steps were cached"
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    for data in stored.values():
+        text = data.decode()
+        assert not any(form in text for form in forms)
+        assert secret.encode() not in data
+    assert "registered as secret" in out
+    assert calls["fetch"] == 2, "the step holding the secret was not cached, so it ran again"

@@ -25,7 +25,7 @@ import math
 import sys
 import uuid
 import zoneinfo
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "encode_response",
     "encode_value",
     "is_plain_json",
+    "iter_text",
 ]
 
 _RESPONSE_ADAPTER: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
@@ -103,6 +104,32 @@ def decode_value(encoded: Any) -> Any:
         raise
     except Exception as error:
         raise UnsupportedValue(f"the stored value cannot be rebuilt: {type(error).__name__}: {error}") from error
+
+
+def iter_text(payload: Any) -> Iterator[str]:
+    """Every string in a stored payload, dict keys included, with stored ``bytes`` decoded as UTF-8.
+
+    For scanning what an entry would reveal (secrets): base64 hides nothing from a reader.
+    """
+    pending = [payload]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            if item.get("type") in ("bytes", "bytearray") and isinstance(item.get("value"), str):
+                yield _decoded_text(item["value"])
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+
+
+def _decoded_text(encoded: str) -> str:
+    try:
+        return base64.b64decode(encoded).decode("utf-8", "replace")
+    except ValueError:
+        return ""
 
 
 # --- encoding ------------------------------------------------------------------------------------

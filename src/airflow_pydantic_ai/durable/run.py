@@ -82,8 +82,8 @@ class StepCounts:
         return self.model + self.tool
 
 
-def _no_redaction(value: Any) -> Any:
-    return value
+def _no_secrets(value: Any) -> bool:
+    return False
 
 
 @dataclass
@@ -93,7 +93,8 @@ class DurableRun:
     store: StepStore
     attempt: int
     log: TaskLogger
-    redact: Callable[[Any], Any] = _no_redaction
+    contains_secret: Callable[[Any], bool] = _no_secrets
+    """Whether a payload holds a value registered as secret (Airflow's secrets masker, in a task)."""
     storage_errors: StorageErrors = "warn"
     entries: dict[str, StepEntry] = field(default_factory=dict, repr=False)
     replayed: StepCounts = field(default_factory=StepCounts)
@@ -118,11 +119,11 @@ class DurableRun:
         *,
         attempt: int,
         log: TaskLogger,
-        redact: Callable[[Any], Any] = _no_redaction,
+        contains_secret: Callable[[Any], bool] = _no_secrets,
         storage_errors: StorageErrors = "warn",
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt."""
-        run = cls(store=store, attempt=attempt, log=log, redact=redact, storage_errors=storage_errors)
+        run = cls(store=store, attempt=attempt, log=log, contains_secret=contains_secret, storage_errors=storage_errors)
         try:
             loaded = store.load()
         except Exception as error:
@@ -306,8 +307,7 @@ class DurableRun:
     # --- recording -----------------------------------------------------------------------------
 
     def _persist(self, entry: StepEntry, what: str) -> None:
-        redacted = self.redact(entry.payload)
-        if redacted != entry.payload:
+        if self.contains_secret(entry.payload):
             self.not_persisted += 1
             self.log.warning(
                 "Durable: %s contains a value registered as secret; it is not cached and will run again on a retry",
