@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -337,6 +338,52 @@ def test_unexpected_model_behavior_answer_is_not_replayed(harness):
         agent.run_sync("go", capabilities=[DurableCapability(run2)])
     assert run2.replayed.model == live_first - 1, "every answer but the last one replays"
     assert run2.executed.model == 1
+
+
+def test_a_provider_error_raised_as_unexpected_model_behavior_keeps_the_earlier_answers(harness):
+    """A request that *raises* UnexpectedModelBehavior (an invalid provider response) produced no answer:
+    the answers before it are good, and forgetting one would repeat its tool call (with a new call id)."""
+    payments = {"n": 0}
+    failures = {"left": 1}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            # Real providers give every call a fresh id: a re-asked answer would not match the cached tool.
+            return ModelResponse(parts=[ToolCallPart("pay", {"invoice": 7}, tool_call_id=f"call-{uuid.uuid4()}")])
+        if failures["left"]:
+            failures["left"] -= 1
+            raise UnexpectedModelBehavior("Invalid response from the provider API")
+        return ModelResponse(parts=[TextPart("paid")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def pay(invoice: int) -> str:
+        payments["n"] += 1
+        return f"invoice {invoice} paid"
+
+    run, _ = harness.open()
+    with pytest.raises(UnexpectedModelBehavior):
+        try:
+            agent.run_sync("pay invoice 7", capabilities=[DurableCapability(run)])
+        except UnexpectedModelBehavior:
+            run.forget_last_model_step()
+            raise
+    result, run2, _ = harness.run(agent, "pay invoice 7")
+    assert result.output == "paid"
+    assert payments["n"] == 1, "the invoice was paid twice"
+    assert (run2.replayed.model, run2.replayed.tool) == (1, 1)
+
+
+def test_nothing_is_stored_after_a_request_that_cannot_be_fingerprinted(harness, tmp_path):
+    calls: dict[str, int] = {}
+    agent = counting_agent(calls, model_settings={"extra_body": {"opaque": object()}})
+    harness.run(agent, "weather report")
+    _, run, log = harness.run(agent, "weather report")
+    assert calls == {"lookup": 2, "notify": 2}
+    assert run.replayed.total == 0
+    assert any("cannot be fingerprinted" in warning for warning in log.at("warning"))
+    assert not list((tmp_path / "cache").rglob("*.json")), "entries no later request could ever match"
 
 
 def test_replayed_steps_do_not_count_against_usage_limits(harness):

@@ -14,7 +14,6 @@ ids or gives the same answer to a changed request.
 from __future__ import annotations
 
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -109,6 +108,8 @@ class DurableRun:
     _occurrences: Counter[str] = field(default_factory=Counter, repr=False)
     _recorded_at_step: dict[int, StepEntry] = field(default_factory=dict, repr=False)
     _diverged: bool = field(default=False, repr=False)
+    _failed_closed: bool = field(default=False, repr=False)
+    """A request could not be fingerprinted: nothing after it can ever match, so nothing is looked up or stored."""
     _last_model_entry: str | None = field(default=None, repr=False)
     _pending_tool_replays: int = field(default=0, repr=False)
 
@@ -163,6 +164,11 @@ class DurableRun:
         self._model_steps += 1
         number = self._model_steps
         label = f"{model.system}:{model.model_name}"
+        # Only the answer to *this* request can be the one that makes the run fail (see forget_last_model_step).
+        self._last_model_entry = None
+        self._pending_tool_replays = 0
+        if self._failed_closed:
+            return ModelStep(run=self, number=number, label=label, key=None)
         try:
             prepared_settings, prepared_parameters = model.prepare_request(settings, parameters)
             fingerprint = fingerprint_request(
@@ -180,7 +186,7 @@ class DurableRun:
                 label,
                 error,
             )
-            self._lineage = uuid.uuid4().hex  # fail closed: nothing downstream can match
+            self._failed_closed = True
             self._diverged = True
             return ModelStep(run=self, number=number, label=label, key=None)
         base = fingerprint.digest
@@ -265,6 +271,8 @@ class DurableRun:
     ) -> ToolStep:
         """Fingerprint a tool call and look it up."""
         label = f"{tool_name} (call {tool_call_id})" if tool_call_id else tool_name
+        if self._failed_closed:
+            return ToolStep(run=self, label=label, tool_name=tool_name, key=None)
         try:
             base = fingerprint_tool_call(
                 tool_name=tool_name,
