@@ -105,7 +105,8 @@ def assert_failed_at_start(dr: Any, out: str, task_id: str, *needles: str) -> No
     for needle in needles:
         assert needle in error, f"{task_id}: {needle!r} not in {error!r}"
     assert "DurableConfigError" in error, error
-    assert "Durable: replayed" not in out, "no attempt started"
+    # The attempt failed before any step: it still reports, with nothing replayed or executed.
+    assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 0 new steps (0 model, 0 tool)" in out
 
 
 # --- through [pydantic_ai] durable_cache_path (the environment) -------------------------------------

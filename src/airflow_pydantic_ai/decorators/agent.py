@@ -50,7 +50,10 @@ class _AgentDecoratedOperator(DecoratedOperator, AgentOperator):
             **kwargs,
         )
 
-    def execute(self, context: Any) -> Any:
+    def _resolve_prompt(self, context: Any) -> str:
+        # Runs inside AgentOperator.execute, so a failing function still gets the durable summary line.
+        # The returned text is used as it is, never rendered as a template: it often carries data from
+        # upstream tasks, and Jinja in it could pull Variables or Connections into a prompt sent to a model.
         context_merge(context, self.op_kwargs)
         kwargs = determine_kwargs(self.python_callable, self.op_args, context)
         prompt = self.python_callable(*self.op_args, **kwargs)
@@ -59,8 +62,10 @@ class _AgentDecoratedOperator(DecoratedOperator, AgentOperator):
                 f"@task.agent function {self.python_callable.__name__!r} must return the prompt as a non-empty "
                 f"string, got {prompt!r}"
             )
-        self.prompt = prompt
-        self.render_template_fields(context)
+        self.prompt = prompt  # shown as the rendered prompt (overwrite_rtif_after_execution)
+        return prompt
+
+    def execute(self, context: Any) -> Any:
         return AgentOperator.execute(self, context)
 
 

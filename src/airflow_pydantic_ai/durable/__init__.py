@@ -7,7 +7,7 @@ used (and tested) without a running Airflow.
 from __future__ import annotations
 
 from airflow_pydantic_ai.durable.capability import DurableCapability
-from airflow_pydantic_ai.durable.run import SUMMARY_TEMPLATE, DurableRun, DurableStorageError
+from airflow_pydantic_ai.durable.run import SUMMARY_TEMPLATE, DurableRun, DurableStorageError, empty_summary
 from airflow_pydantic_ai.durable.store import StepStore, TaskIdentity
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "DurableStorageError",
     "StepStore",
     "TaskIdentity",
+    "empty_summary",
 ]

@@ -48,6 +48,8 @@ __all__ = [
     "ModelStep",
     "StepCounts",
     "ToolStep",
+    "empty_summary",
+    "format_summary",
 ]
 
 SUMMARY_TEMPLATE = (
@@ -79,6 +81,23 @@ class StepCounts:
     @property
     def total(self) -> int:
         return self.model + self.tool
+
+
+def format_summary(replayed: StepCounts, executed: StepCounts) -> str:
+    """The summary line for these counts."""
+    return SUMMARY_TEMPLATE.format(
+        replayed=replayed.total,
+        replayed_model=replayed.model,
+        replayed_tool=replayed.tool,
+        executed=executed.total,
+        executed_model=executed.model,
+        executed_tool=executed.tool,
+    )
+
+
+def empty_summary() -> str:
+    """The summary of an attempt that failed before its durable run could start."""
+    return format_summary(StepCounts(), StepCounts())
 
 
 def _no_secrets(value: Any) -> bool:
@@ -350,16 +369,10 @@ class DurableRun:
     # --- reporting -----------------------------------------------------------------------------
 
     def summary(self) -> str:
-        return SUMMARY_TEMPLATE.format(
-            replayed=self.replayed.total,
-            replayed_model=self.replayed.model,
-            replayed_tool=self.replayed.tool,
-            executed=self.executed.total,
-            executed_model=self.executed.model,
-            executed_tool=self.executed.tool,
-        )
+        return format_summary(self.replayed, self.executed)
 
     def log_summary(self) -> None:
+        """The summary line at INFO, then what the replay saved and what was not persisted."""
         self.log.info(self.summary())
         if self.replayed.total:
             self.log.info(

@@ -119,37 +119,50 @@ class AgentOperator(BaseOperator):
         )
 
     def execute(self, context: Any) -> Any:
+        run: DurableRun | None = None
+        try:
+            prompt = self._resolve_prompt(context)
+            agent = self.build_agent()
+            model = self._model() if self.agent is not None else None
+            if self.durable:
+                from airflow_pydantic_ai.durability import start_durable_run
+
+                run = start_durable_run(context, log=self.log, cache_path=self.durable_cache_path)
+            output = _to_xcom(self._run_agent(agent, prompt, model, run).output)
+            if run is not None:
+                # Delete the cache only once the result is safely pushed: a failure before this point
+                # leaves every recorded step for the retry.
+                if self.do_xcom_push:
+                    from airflow.sdk.bases.xcom import BaseXCom
+
+                    context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
+                run.finish()
+            return output
+        finally:
+            # Every durable attempt says what it replayed and executed, also one that failed before any step ran.
+            if run is not None:
+                run.log_summary()
+            elif self.durable:
+                from airflow_pydantic_ai.durable import empty_summary
+
+                self.log.info(empty_summary())
+
+    def _resolve_prompt(self, context: Any) -> str:
+        """The prompt of this try (``@task.agent`` gets it from its function)."""
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise ValueError(f"AgentOperator prompt must be a non-empty string, got {self.prompt!r}")
-        agent = self.build_agent()
-        model = self._model() if self.agent is not None else None
-        run: DurableRun | None = None
-        if self.durable:
-            from airflow_pydantic_ai.durability import start_durable_run
+        return self.prompt
 
-            run = start_durable_run(context, log=self.log, cache_path=self.durable_cache_path)
-        result = self._run_agent(agent, model, run)
-        output = _to_xcom(result.output)
-        if run is not None:
-            # Delete the cache only once the result is safely pushed: a failure before this point
-            # leaves every recorded step for the retry.
-            if self.do_xcom_push:
-                from airflow.sdk.bases.xcom import BaseXCom
-
-                context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
-            run.finish()
-        return output
-
-    def _run_agent(self, agent: Agent[Any, Any], model: Any, run: DurableRun | None) -> Any:
+    def _run_agent(self, agent: Agent[Any, Any], prompt: str, model: Any, run: DurableRun | None) -> Any:
         from pydantic_ai.exceptions import UnexpectedModelBehavior
 
         if run is None:
-            return agent.run_sync(self.prompt, model=model, usage_limits=self.usage_limits)
+            return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits)
         from airflow_pydantic_ai.durable import DurableCapability
 
         try:
             return agent.run_sync(
-                self.prompt,
+                prompt,
                 model=model,
                 usage_limits=run.usage_limits(self.usage_limits),
                 capabilities=[DurableCapability(run)],
@@ -158,8 +171,6 @@ class AgentOperator(BaseOperator):
             # The model's last answer exhausted its retries: replaying it would fail the same way.
             run.forget_last_model_step()
             raise
-        finally:
-            run.log_summary()
 
 
 def _to_xcom(output: Any) -> Any:
