@@ -164,6 +164,37 @@ def test_changed_component_is_named(harness, change, expected):
     assert run.replayed.total == 0
 
 
+def _history(*prompts: str) -> list[ModelMessage]:
+    """The messages of earlier conversations, one agent run per prompt."""
+    messages: list[ModelMessage] = []
+    for prompt in prompts:
+        messages = (
+            Agent(TestModel(custom_output_text="noted")).run_sync(prompt, message_history=messages).all_messages()
+        )
+    return messages
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ((["hello", "how are you"], "now"), (["hello", "how are YOU"], "now"), ["message history"]),
+        ((["hello"], "now"), (["hello", "how are you"], "now"), ["message history (5 messages, was 3)"]),
+        ((["hello", "how are you"], "now"), (["hello", "how are you"], "later"), ["user prompt"]),
+    ],
+    ids=["earlier-prompt-edited", "history-extended", "current-prompt-edited"],
+)
+def test_message_history_changes_are_named_as_history(harness, before, after, expected):
+    calls: dict[str, int] = {}
+    agent = counting_agent(calls, instructions="be brief")
+    history, prompt = before
+    harness.run(agent, prompt, message_history=_history(*history))
+    history, prompt = after
+    _, run, log = harness.run(agent, prompt, message_history=_history(*history))
+    [warning] = log.at("warning")
+    assert warning.endswith(f"changed: {', '.join(expected)}. It runs live, and so does every step after it.")
+    assert run.replayed.total == 0
+
+
 def test_settings_change_invalidates_downstream_even_if_answer_is_identical(harness):
     calls: dict[str, int] = {}
     harness.run(counting_agent(calls), "weather report")

@@ -132,10 +132,28 @@ def _strip(data: dict[str, Any], fields: frozenset[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _MessageDigest:
+    """Digests of one message, whole and by component."""
+
     full: str
+    request_run_id: str | None
+    """A request's ``run_id`` (None for a response: pydantic-ai stamps those after they are seen here)."""
+    system: str
+    """Its system prompt parts (sent with every request of the conversation); empty when it has none."""
     instructions: str
+    """A request's ``instructions`` field (a fallback for ``instruction_parts``, read from the last requests)."""
     user_prompt: str
-    rest: str
+    other: str
+    """Everything else: tool calls and returns, text, the message's own fields."""
+
+    @property
+    def as_history(self) -> str:
+        """What a message of an earlier run weighs as history: all of it but its system prompt parts."""
+        return digest(self.instructions, self.user_prompt, self.other)
+
+    @property
+    def as_run_history(self) -> str:
+        """What a message of the current run weighs as history: its instructions count as instructions."""
+        return digest(self.user_prompt, self.other)
 
 
 def _digest_message(message: ModelMessage) -> _MessageDigest:
@@ -143,47 +161,73 @@ def _digest_message(message: ModelMessage) -> _MessageDigest:
         data = _MESSAGE_ADAPTER.dump_python(message, mode="json")
     except Exception as error:
         raise FingerprintError(f"cannot serialize a {type(message).__name__}: {error}") from error
+    run_id = data.get("run_id")
     data = _strip(data, _VOLATILE_MESSAGE_FIELDS)
     parts = [_strip(part, _VOLATILE_PART_FIELDS) for part in data.get("parts", [])]
     data["parts"] = parts
-    instructions: list[Any] = []
+    system: list[Any] = []
     user_prompt: list[Any] = []
-    rest_parts: list[Any] = []
+    other_parts: list[Any] = []
     for original, part in zip(message.parts, parts, strict=True):
         if isinstance(original, SystemPromptPart):
-            instructions.append(part)
+            system.append(part)
         elif isinstance(original, UserPromptPart):
             user_prompt.append(part)
         else:
-            rest_parts.append(part)
-    if isinstance(message, ModelRequest):
-        instructions.append(data.get("instructions"))
-    rest = {key: value for key, value in data.items() if key not in ("parts", "instructions")}
-    rest["parts"] = rest_parts
+            other_parts.append(part)
+    other = {key: value for key, value in data.items() if key not in ("parts", "instructions")}
+    other["parts"] = other_parts
     return _MessageDigest(
         full=digest(canonical_json(data)),
-        instructions=digest(canonical_json(instructions)),
+        request_run_id=run_id if isinstance(run_id, str) and isinstance(message, ModelRequest) else None,
+        system=digest(canonical_json(system)) if system else "",
+        instructions=digest(canonical_json(data.get("instructions"))),
         user_prompt=digest(canonical_json(user_prompt)),
-        rest=digest(canonical_json(rest)),
+        other=digest(canonical_json(other)),
     )
 
 
 @dataclass(frozen=True)
 class _Chain:
-    """Running digests over a prefix of the conversation."""
+    """Running digests over a prefix of the conversation.
+
+    The conversation may start with the history of earlier agent runs (``message_history``). The
+    current run begins at the last request whose ``run_id`` differs from the request before it; the
+    prompt of that request is *the* user prompt, everything else (but system prompts) is history.
+    """
 
     full: str = ""
-    instructions: str = ""
-    user_prompt: str = ""
-    rest: str = ""
+    system: str = ""
+    all_history: str = ""
+    """Every message as history: what precedes a run that starts after this prefix."""
+    run_id: str | None = None
+    run_instructions: str = ""
+    run_prompt: str = ""
+    before_run: str = ""
+    run_history: str = ""
+    """The current run's messages as history, its opening prompt excepted."""
+    messages: int = 0
 
     def extend(self, message: _MessageDigest) -> _Chain:
+        opens_a_run = self.messages == 0 or (
+            message.request_run_id is not None and message.request_run_id != self.run_id
+        )
         return _Chain(
             full=digest(self.full, message.full),
-            instructions=digest(self.instructions, message.instructions),
-            user_prompt=digest(self.user_prompt, message.user_prompt),
-            rest=digest(self.rest, message.rest),
+            # Only messages that carry system prompt parts count: more history is not a new system prompt.
+            system=digest(self.system, message.system) if message.system else self.system,
+            all_history=digest(self.all_history, message.as_history),
+            run_id=message.request_run_id or self.run_id,
+            run_instructions=digest("" if opens_a_run else self.run_instructions, message.instructions),
+            run_prompt=message.user_prompt if opens_a_run else self.run_prompt,
+            before_run=self.all_history if opens_a_run else self.before_run,
+            run_history=digest("", message.other) if opens_a_run else digest(self.run_history, message.as_run_history),
+            messages=self.messages + 1,
         )
+
+    @property
+    def history(self) -> str:
+        return digest(self.before_run, self.run_history)
 
 
 @dataclass
@@ -304,9 +348,9 @@ def fingerprint_request(
     other = _jsonable(fields)
     components: dict[str, Any] = {
         "model": digest(model_identity),
-        "instructions": digest(chain.instructions, canonical_json(instruction_params)),
-        "user_prompt": chain.user_prompt,
-        "history": chain.rest,
+        "instructions": digest(chain.system, chain.run_instructions, canonical_json(instruction_params)),
+        "user_prompt": chain.run_prompt,
+        "history": chain.history,
         "settings": digest(canonical_json(_settings_json(settings))),
         "tools": tools,
         "output_schema": digest(canonical_json(output)),
