@@ -91,8 +91,9 @@ def test_retry_replays_unchanged_steps_and_each_tool_runs_once(capfd, cache_base
 
     assert dr.state == "success"
     assert task_states(dr)[("triage", -1)] == ("success", 2)
-    # try 1: model step + fetch_ticket recorded, notify_team failed. try 2: both replayed.
-    assert summaries(out) == [(0, 0, 0, 2, 1, 1), (2, 1, 1, 2, 1, 1)]
+    # try 1: model step + fetch_ticket recorded; notify_team ran and failed (executed, not cached).
+    # try 2: both recorded steps replayed.
+    assert summaries(out) == [(0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)]
     assert CALLS == {"fetch_ticket": 1, "notify_team": 2}
     assert "posted" in xcom_value(dr, "triage")
     location = f"file://{cache_base}/e2e_unchanged_retry/{dr.run_id}/triage/-1/"
@@ -115,7 +116,7 @@ def test_prompt_templated_on_try_number_reruns_model_and_tools(capfd):
     out = capfd.readouterr().out
 
     assert dr.state == "success"
-    assert summaries(out) == [(0, 0, 0, 2, 1, 1), (0, 0, 0, 4, 2, 2)]
+    assert summaries(out) == [(0, 0, 0, 3, 1, 2), (0, 0, 0, 4, 2, 2)]
     # TestModel reuses its tool call ids: the tools still rerun because their conversation changed.
     assert CALLS == {"fetch_ticket": 2, "notify_team": 2}
     assert "Durable: model step 1 differs from what attempt 1 recorded; changed: user prompt." in out
@@ -149,7 +150,7 @@ def test_deleting_the_cache_between_tries_forces_a_full_rerun(capfd, cache_base)
 
     assert dr.state == "success"
     assert len(deleted) == 2 and all(name.endswith(".json") for name in deleted)
-    assert summaries(out) == [(0, 0, 0, 2, 1, 1), (0, 0, 0, 4, 2, 2)]
+    assert summaries(out) == [(0, 0, 0, 3, 1, 2), (0, 0, 0, 4, 2, 2)]
     assert CALLS == {"fetch_ticket": 2, "notify_team": 2}
     assert "differs from what attempt" not in out, "a deleted cache is a fresh start, not a change"
 
@@ -177,7 +178,7 @@ def test_mapped_tasks_keep_separate_caches(capfd, cache_base):
         ("triage", 1): "success",
     }
     assert set(seen) == {0, 1}
-    assert sorted(summaries(out)) == sorted([(0, 0, 0, 2, 1, 1)] * 2 + [(2, 1, 1, 2, 1, 1)] * 2)
+    assert sorted(summaries(out)) == sorted([(0, 0, 0, 3, 1, 2)] * 2 + [(2, 1, 1, 2, 1, 1)] * 2)
     for index in (0, 1):
         assert f"/e2e_mapped/{dr.run_id}/triage/{index}/" in out
     assert CALLS == {"fetch_ticket": 2, "notify_team": 4}
@@ -272,7 +273,7 @@ def test_task_agent_decorator_is_durable(capfd, cache_base):
     out = capfd.readouterr().out
 
     assert dr.state == "success"
-    assert summaries(out) == [(0, 0, 0, 2, 1, 1), (2, 1, 1, 2, 1, 1)]
+    assert summaries(out) == [(0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)]
     assert CALLS == {"fetch_ticket": 1, "notify_team": 2}
     assert files_under(cache_base) == []
 

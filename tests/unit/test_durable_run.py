@@ -111,7 +111,7 @@ def test_retry_replays_unchanged_steps(harness):
         harness.run(agent, "weather report")
     first = harness.logs[-1]
     assert summary_of(first) == (
-        "Durable: replayed 0 cached steps (0 model, 0 tool), executed 2 new steps (1 model, 1 tool)"
+        "Durable: replayed 0 cached steps (0 model, 0 tool), executed 3 new steps (1 model, 2 tool)"
     )
     result, _run, log = harness.run(agent, "weather report")
     assert summary_of(log) == (

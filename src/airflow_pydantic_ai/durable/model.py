@@ -42,7 +42,11 @@ class CachingModel(WrapperModel):
         replayed = step.use_replay()
         if replayed is not None:
             return replayed
-        response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        try:
+            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        except BaseException as error:
+            step.record_failure(error)
+            raise
         step.record(response)
         return response
 
@@ -61,9 +65,13 @@ class CachingModel(WrapperModel):
                 replayed, model_request_parameters=model_request_parameters, replay_events=True
             )
             return
-        async with self.wrapped.request_stream(
-            messages, model_settings, model_request_parameters, run_context
-        ) as stream:
-            yield stream
+        try:
+            async with self.wrapped.request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                yield stream
+        except BaseException as error:
+            step.record_failure(error)
+            raise
         # A stream the consumer left before its end holds part of an answer: never replay that.
         step.record(stream.get(), complete=stream.get().state in _REPLAYABLE_STATES)

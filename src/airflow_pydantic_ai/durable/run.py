@@ -442,6 +442,17 @@ class ModelStep:
         run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
         return self.replayed
 
+    def record_failure(self, error: BaseException) -> None:
+        """The request was sent but raised: counted as executed, nothing to cache."""
+        self.run.executed.model += 1
+        self.run.log.info(
+            "Durable: model step %d (%s) failed after %.2f s (%s)",
+            self.number,
+            self.label,
+            time.monotonic() - self.started,
+            type(error).__name__,
+        )
+
     def record(self, response: ModelResponse, *, complete: bool = True) -> None:
         run = self.run
         run.executed.model += 1
@@ -522,6 +533,16 @@ class ToolStep:
             self.run.log.warning("Durable: the result of tool %s is not cached: %s", self.label, error)
             return
         self._write(step_number, {"outcome": "return", "value": encoded})
+
+    def record_failure(self, error: BaseException) -> None:
+        """The tool ran and raised (or was cancelled): counted as executed; a retry runs it again."""
+        self.run.executed.tool += 1
+        self.run.log.info(
+            "Durable: tool %s failed after %.2f s (%s); it is not cached and runs again on a retry",
+            self.label,
+            time.monotonic() - self.started,
+            type(error).__name__,
+        )
 
     def record_raise(self, error: ModelRetry | ToolFailed) -> None:
         step_number = self._finish()

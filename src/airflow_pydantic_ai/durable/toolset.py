@@ -65,6 +65,9 @@ async def _recorded(step: ToolStep, call: Awaitable[Any]) -> Any:
     except _RECORDED_ERRORS as error:
         step.record_raise(error)
         raise
+    except BaseException as error:  # it ran (its side effects may have happened) but has no outcome to keep
+        step.record_failure(error)
+        raise
     step.record_return(result)
     return result
 
