@@ -417,6 +417,49 @@ def test_nothing_is_stored_after_a_request_that_cannot_be_fingerprinted(harness,
     assert not list((tmp_path / "cache").rglob("*.json")), "entries no later request could ever match"
 
 
+@pytest.mark.parametrize("form", ["function", "tool-output", "text-output"])
+def test_output_function_side_effects_are_replayed_not_repeated(harness, form):
+    from pydantic_ai import TextOutput, ToolOutput
+
+    tickets: list[str] = []
+
+    def file_ticket(title: str) -> str:
+        """File a ticket: a side effect that must not happen twice."""
+        tickets.append(title)
+        return f"TICKET-{len(tickets)}"
+
+    output_type: Any = {
+        "function": file_ticket,
+        "tool-output": ToolOutput(file_ticket, name="file_ticket"),
+        "text-output": TextOutput(file_ticket),
+    }[form]
+    model = TestModel(custom_output_text="login broken") if form == "text-output" else TestModel()
+    agent: Agent[Any, str] = Agent(model, output_type=output_type)
+    first, _, _ = harness.run(agent, "file it")
+    second, run, log = harness.run(agent, "file it")
+    assert second.output == first.output == "TICKET-1"
+    assert len(tickets) == 1, "the output function ran again"
+    assert run.executed.total == 0 and run.replayed.tool == 1
+    assert any("output function file_ticket" in line and "replayed" in line for line in log.at("info"))
+
+
+def test_output_function_asking_for_a_retry_replays_the_same_path(harness):
+    calls = {"n": 0}
+
+    def accept(value: int) -> str:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ModelRetry("try another value")
+        return f"accepted {value}"
+
+    agent: Agent[Any, str] = Agent(TestModel(), output_type=accept)
+    first, _, _ = harness.run(agent, "pick a value")
+    second, run, _ = harness.run(agent, "pick a value")
+    assert second.output == first.output
+    assert calls["n"] == 2, "both calls replayed: the retry and the accepted one"
+    assert run.executed.total == 0
+
+
 def test_replayed_steps_do_not_count_against_usage_limits(harness):
     calls: dict[str, int] = {}
     agent = counting_agent(calls)

@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import CapabilityOrdering
 from pydantic_ai.models import Model
+from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
 from airflow_pydantic_ai.durable.model import CachingModel
 from airflow_pydantic_ai.durable.run import DurableRun
-from airflow_pydantic_ai.durable.toolset import CachingToolset
+from airflow_pydantic_ai.durable.toolset import CachingToolset, recorded
 
 __all__ = ["DurableCapability"]
 
@@ -23,7 +25,8 @@ class DurableCapability(AbstractCapability[Any]):
 
     Pass it per run (``agent.run(..., capabilities=[DurableCapability(run)])``): the user's agent
     is left unmodified, and every tool source (``toolsets=``, ``@agent.tool``, toolset capabilities,
-    MCP servers, dynamic toolsets) is covered without toolset ids.
+    MCP servers, dynamic toolsets) is covered without toolset ids. Output functions (``output_type=``
+    a function, ``ToolOutput(fn)``, ``TextOutput(fn)``) are recorded and replayed like tools.
     """
 
     run: DurableRun
@@ -42,3 +45,21 @@ class DurableCapability(AbstractCapability[Any]):
         if isinstance(toolset, CachingToolset):
             return None
         return CachingToolset(wrapped=toolset, run=self.run)
+
+    async def wrap_output_process(
+        self, ctx: RunContext[Any], *, output_context: OutputContext, output: Any, handler: Any
+    ) -> Any:
+        # Only an output *function* can have side effects; plain output types are pure validation, and a
+        # partial output while streaming is looked at again when the stream ends.
+        if not output_context.has_function or ctx.partial_output:
+            return await handler(output)
+        call = output_context.tool_call
+        step = self.run.output_step(
+            output_context.function_name or "output",
+            call.args if call is not None else output,
+            call.tool_call_id if call is not None else None,
+            ctx.messages,
+        )
+        if step.is_replay:
+            return step.replay()
+        return await recorded(step, handler(output))

@@ -289,27 +289,44 @@ class DurableRun:
         messages: Sequence[ModelMessage],
     ) -> ToolStep:
         """Fingerprint a tool call and look it up."""
-        label = f"{tool_name} (call {tool_call_id})" if tool_call_id else tool_name
+        raw_arguments = _raw_arguments(messages, tool_call_id, tool_args)
+        return self._call_step("tool", tool_name, raw_arguments, tool_call_id, messages)
+
+    def output_step(
+        self,
+        function_name: str,
+        raw_arguments: Any,
+        tool_call_id: str | None,
+        messages: Sequence[ModelMessage],
+    ) -> ToolStep:
+        """Fingerprint a call of an output function (what the model's final answer is handed to) and look it up."""
+        return self._call_step("output function", function_name, raw_arguments, tool_call_id, messages)
+
+    def _call_step(
+        self,
+        kind: str,
+        name: str,
+        raw_arguments: Any,
+        tool_call_id: str | None,
+        messages: Sequence[ModelMessage],
+    ) -> ToolStep:
+        label = f"{kind} {name} (call {tool_call_id})" if tool_call_id else f"{kind} {name}"
         if self._failed_closed:
-            return ToolStep(run=self, label=label, tool_name=tool_name, key=None)
+            return ToolStep(run=self, label=label, tool_name=name, key=None)
         try:
             base = fingerprint_tool_call(
-                tool_name=tool_name,
-                raw_arguments=_raw_arguments(messages, tool_call_id, tool_args),
+                tool_name=name if kind == "tool" else f"{kind}:{name}",
+                raw_arguments=raw_arguments,
                 tool_call_id=tool_call_id,
                 conversation=self._digests.conversation(messages),
                 lineage=self._lineage,
             )
         except FingerprintError as error:
-            self.log.warning(
-                "Durable: tool %s cannot be fingerprinted (%s); it runs live and is not recorded",
-                label,
-                error,
-            )
-            return ToolStep(run=self, label=label, tool_name=tool_name, key=None)
+            self.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
+            return ToolStep(run=self, label=label, tool_name=name, key=None)
         occurrence = self._occurrences[base]
         self._occurrences[base] += 1
-        step = ToolStep(run=self, label=label, tool_name=tool_name, key=digest("tool-step/v1", base, str(occurrence)))
+        step = ToolStep(run=self, label=label, tool_name=name, key=digest("tool-step/v1", base, str(occurrence)))
         entry = self.entries.get(step.entry_name)
         if entry is not None:
             outcome = entry.payload.get("outcome")
@@ -320,9 +337,9 @@ class DurableRun:
                     step.replayed_error = _RAISED_OUTCOMES[outcome](str(entry.payload["message"]))
                 else:
                     raise UnsupportedValue(f"unknown outcome {outcome!r}")
-            except Exception as error:  # whatever is wrong with the stored outcome, run the tool live
+            except Exception as error:  # whatever is wrong with the stored outcome, run the call live
                 self.log.warning(
-                    "Durable: cache entry %s%s cannot be rebuilt (%s); tool %s runs live",
+                    "Durable: cache entry %s%s cannot be rebuilt (%s); %s runs live",
                     self.store.location,
                     entry.name,
                     error,
@@ -490,7 +507,7 @@ class ModelStep:
 
 @dataclass
 class ToolStep:
-    """A tool call of a durable run, replayed or live."""
+    """A tool call (or output function call) of a durable run, replayed or live; counted as a tool step."""
 
     run: DurableRun
     label: str
@@ -511,7 +528,7 @@ class ToolStep:
     def replay(self) -> Any:
         """Return (or raise) what the tool did when it was recorded."""
         self.run.replayed.tool += 1
-        self.run.log.info("Durable: tool %s replayed from the cache", self.label)
+        self.run.log.info("Durable: %s replayed from the cache", self.label)
         if self.replayed_error is not None:
             raise self.replayed_error
         assert self.replayed is not None
@@ -519,7 +536,7 @@ class ToolStep:
 
     def _finish(self) -> int:
         self.run.executed.tool += 1
-        self.run.log.info("Durable: tool %s ran live in %.2f s", self.label, time.monotonic() - self.started)
+        self.run.log.info("Durable: %s ran live in %.2f s", self.label, time.monotonic() - self.started)
         return self.run._model_steps
 
     def record_return(self, value: Any) -> None:
@@ -530,7 +547,7 @@ class ToolStep:
             encoded = encode_value(value)
         except UnsupportedValue as error:
             self.run.not_persisted += 1
-            self.run.log.warning("Durable: the result of tool %s is not cached: %s", self.label, error)
+            self.run.log.warning("Durable: the result of %s is not cached: %s", self.label, error)
             return
         self._write(step_number, {"outcome": "return", "value": encoded})
 
@@ -538,7 +555,7 @@ class ToolStep:
         """The tool ran and raised (or was cancelled): counted as executed; a retry runs it again."""
         self.run.executed.tool += 1
         self.run.log.info(
-            "Durable: tool %s failed after %.2f s (%s); it is not cached and runs again on a retry",
+            "Durable: %s failed after %.2f s (%s); it is not cached and runs again on a retry",
             self.label,
             time.monotonic() - self.started,
             type(error).__name__,
@@ -560,7 +577,7 @@ class ToolStep:
             label=self.tool_name,
             payload=payload,
         )
-        self.run._persist(entry, f"tool {self.label}")
+        self.run._persist(entry, self.label)
 
 
 def _raw_arguments(messages: Sequence[ModelMessage], tool_call_id: str | None, fallback: dict[str, Any]) -> Any:

@@ -16,7 +16,7 @@ from pydantic_ai.toolsets.wrapper import WrapperToolset
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.run import DurableRun, ToolStep
 
-__all__ = ["CachingToolset"]
+__all__ = ["CachingToolset", "recorded"]
 
 _RECORDED_ERRORS = (ModelRetry, ToolFailed)
 
@@ -46,7 +46,7 @@ class CachingToolset(WrapperToolset[Any]):
         call = self.wrapped.call_tool(name, tool_args, ctx, tool)
         if _runs_in_a_thread(tool):
             return await _recorded_even_if_cancelled(step, call)
-        return await _recorded(step, call)
+        return await recorded(step, call)
 
 
 def _runs_in_a_thread(tool: ToolsetTool[Any]) -> bool:
@@ -59,7 +59,8 @@ def _runs_in_a_thread(tool: ToolsetTool[Any]) -> bool:
     return False
 
 
-async def _recorded(step: ToolStep, call: Awaitable[Any]) -> Any:
+async def recorded(step: ToolStep, call: Awaitable[Any]) -> Any:
+    """Await a live call and record its outcome in ``step``."""
     try:
         result = await call
     except _RECORDED_ERRORS as error:
@@ -73,7 +74,7 @@ async def _recorded(step: ToolStep, call: Awaitable[Any]) -> Any:
 
 
 async def _recorded_even_if_cancelled(step: ToolStep, call: Awaitable[Any]) -> Any:
-    task = asyncio.ensure_future(_recorded(step, call))
+    task = asyncio.ensure_future(recorded(step, call))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
