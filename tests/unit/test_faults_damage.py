@@ -143,7 +143,7 @@ def _reencoded(path: Path, **changes: Any) -> bytes:
         usage=body["usage"],
     )
     fields = {**entry.__dict__, **changes}
-    return StepEntry(**fields).to_bytes()
+    return StepEntry(**fields).to_bytes(owner=body["owner"])
 
 
 def _future_version(path: Path) -> bytes:

@@ -138,3 +138,55 @@ def test_remove_is_idempotent(tmp_path):
     store.remove(entry().name)
     store.remove(entry().name)
     assert store.load().entries == {}
+
+
+@pytest.mark.parametrize("encrypted", [True, False], ids=["encrypted", "plain"])
+def test_an_entry_copied_from_another_task_instance_is_never_replayed(tmp_path, encrypted):
+    """Keys are content digests: the same prompt in yesterday's run gives the same names. Copying
+    yesterday's (authentic) entries into today's prefix must not make today replay yesterday's results."""
+    import shutil
+
+    from cryptography.fernet import Fernet
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    from airflow_pydantic_ai.durable import DurableCapability, DurableRun
+
+    cipher = Fernet(Fernet.generate_key()) if encrypted else None
+    prices = iter(["101.5", "97.25"])
+    agent: Agent[None, str] = Agent(TestModel())
+
+    @agent.tool_plain
+    def get_price(symbol: str) -> str:
+        return next(prices)
+
+    class Log:
+        def __init__(self) -> None:
+            self.warnings: list[str] = []
+
+        def info(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        debug = error = info
+
+        def warning(self, msg: str, *args: object, **kwargs: object) -> None:
+            self.warnings.append(msg % args if args else msg)
+
+    def open_run(run_id: str, log: Log) -> DurableRun:
+        base = str(tmp_path / "base")
+        identity = TaskIdentity("prices", run_id, "quote")
+        store = StepStore.for_task(
+            fsspec.filesystem("file"), base, f"file://{base}", identity, warn=log.warning, cipher=cipher
+        )
+        return DurableRun.open(store, attempt=1, log=log)
+
+    yesterday = open_run("scheduled__2026-11-22", Log())
+    agent.run_sync("quote ACME", capabilities=[DurableCapability(yesterday)])
+    shutil.copytree(yesterday.store.root, tmp_path / "base" / "prices" / "scheduled__2026-11-23" / "quote" / "-1")
+
+    log = Log()
+    today = open_run("scheduled__2026-11-23", log)
+    result = agent.run_sync("quote ACME", capabilities=[DurableCapability(today)])
+    assert today.replayed.total == 0
+    assert "97.25" in result.output, "today's price, not yesterday's"
+    assert sum("written for another task instance" in warning for warning in log.warnings) == 3

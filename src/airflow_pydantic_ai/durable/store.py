@@ -61,6 +61,10 @@ class TaskIdentity:
     task_id: str
     map_index: int = -1
 
+    def owner(self) -> list[Any]:
+        """The identity as stored inside each entry (authenticated with the entry when encrypted)."""
+        return [self.dag_id, self.run_id, self.task_id, self.map_index]
+
     def segments(self) -> list[str]:
         """The path segments of this task instance's cache, each safe and readable."""
         return [_segment(self.dag_id), _segment(self.run_id), _segment(self.task_id), str(self.map_index)]
@@ -110,10 +114,12 @@ class StepEntry:
     def name(self) -> str:
         return f"{self.kind}-{self.key}.json"
 
-    def to_bytes(self, cipher: Cipher | None = None) -> bytes:
+    def to_bytes(self, cipher: Cipher | None = None, *, owner: list[Any] | None = None) -> bytes:
+        """The stored form; ``owner`` (the task instance's identity) binds the entry to its prefix."""
         body: dict[str, Any] = {
             "format": ENTRY_FORMAT,
             "version": SCHEMA_VERSION,
+            "owner": owner,
             "kind": self.kind,
             "key": self.key,
             "step": self.step,
@@ -131,21 +137,23 @@ class StepEntry:
         return json.dumps(envelope, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, name: str, cipher: Cipher | None = None) -> StepEntry:
+    def from_bytes(
+        cls, data: bytes, *, name: str, cipher: Cipher | None = None, owner: list[Any] | None = None
+    ) -> StepEntry:
         """Parse and verify a stored entry; raises :class:`CorruptEntry` with the reason.
 
         Whatever is wrong with one entry (including JSON nested too deep to parse, or numbers out
         of range) is a :class:`CorruptEntry`: one bad entry must never cost the rest of the cache.
         """
         try:
-            return cls._verified(data, name=name, cipher=cipher)
+            return cls._verified(data, name=name, cipher=cipher, owner=owner)
         except CorruptEntry:
             raise
         except Exception as error:  # RecursionError, OverflowError, MemoryError's milder cousins...
             raise CorruptEntry(f"it cannot be parsed ({type(error).__name__}: {error})") from None
 
     @classmethod
-    def _verified(cls, data: bytes, *, name: str, cipher: Cipher | None) -> StepEntry:
+    def _verified(cls, data: bytes, *, name: str, cipher: Cipher | None, owner: list[Any] | None) -> StepEntry:
         body = _parse(data)
         if "encrypted" in body:
             if cipher is None:
@@ -181,6 +189,10 @@ class StepEntry:
             raise CorruptEntry(f"a field is missing or malformed: {error}") from None
         if entry.kind not in ("model", "tool") or entry.name != name:
             raise CorruptEntry("its kind or key does not match its name")
+        if owner is not None and body.get("owner") != owner:
+            # Keys are content digests, so the same prompt in another dag run gives the same names: an
+            # entry copied from another task instance's prefix must not replay here.
+            raise CorruptEntry(f"it was written for another task instance ({body.get('owner')!r})")
         return entry
 
 
@@ -203,6 +215,8 @@ class StepStore:
     fs: Any = field(repr=False)
     root: str
     location: str
+    owner: list[Any] | None = None
+    """The task instance's identity, written into each entry and checked on load."""
     warn: Callable[[str], None] = print
     cipher: Cipher | None = None
     bytes_written: int = 0
@@ -225,6 +239,7 @@ class StepStore:
             fs=fs,
             root=f"{base.rstrip('/')}/{suffix}",
             location=f"{base_url.rstrip('/')}/{suffix}/",
+            owner=identity.owner(),
             warn=warn,
             cipher=cipher,
         )
@@ -266,7 +281,7 @@ class StepStore:
                 continue
             loaded.bytes_read += len(data)
             try:
-                loaded.entries[name] = StepEntry.from_bytes(data, name=name, cipher=self.cipher)
+                loaded.entries[name] = StepEntry.from_bytes(data, name=name, cipher=self.cipher, owner=self.owner)
             except CorruptEntry as error:
                 loaded.skipped[name] = str(error)
         for name, reason in loaded.skipped.items():
@@ -275,7 +290,7 @@ class StepStore:
 
     def put(self, entry: StepEntry) -> None:
         """Write one entry atomically. Raises the storage error; the caller decides what it means."""
-        data = entry.to_bytes(self.cipher)
+        data = entry.to_bytes(self.cipher, owner=self.owner)
         path = self._path(entry.name)
         if self.is_local:
             self._put_local(path, data)
