@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.codec import iter_text
+from airflow_pydantic_ai.durable.store import make_private_folders
 
 __all__ = [
     "CONFIG_SECTION",
@@ -99,7 +100,7 @@ def resolve_cache_path(override: str | None = None) -> Any:
     if scheme in ("file", "local"):
         folder = path.path
         try:
-            os.makedirs(folder, mode=0o700, exist_ok=True)
+            make_private_folders(folder)
         except OSError as error:
             raise DurableConfigError(f"{option} {url!r}: cannot create the folder: {error}") from error
         if not os.access(folder, os.W_OK | os.X_OK):

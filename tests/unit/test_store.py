@@ -71,13 +71,24 @@ def test_put_then_load_round_trips(tmp_path):
     assert store.objects_written == 1
 
 
-def test_local_writes_are_atomic_and_private(tmp_path):
+@pytest.fixture
+def usual_umask():
+    """The usual umask, under which group and others may read what ``os.makedirs`` creates."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def test_local_writes_are_atomic_and_private(tmp_path, usual_umask):
     store = make_store(tmp_path)
     store.put(entry())
     names = os.listdir(store.root)
     assert names == [entry().name], "no temporary file is left behind"
     assert os.stat(os.path.join(store.root, names[0])).st_mode & 0o777 == 0o600
-    assert os.stat(store.root).st_mode & 0o077 == 0
+    folder = store.root
+    for _ in store.owner or []:  # map index, task, run and dag folders: none readable by others
+        assert os.stat(folder).st_mode & 0o077 == 0, folder
+        folder = os.path.dirname(folder)
 
 
 @pytest.mark.parametrize(

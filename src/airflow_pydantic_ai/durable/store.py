@@ -31,6 +31,7 @@ __all__ = [
     "StepEntry",
     "StepStore",
     "TaskIdentity",
+    "make_private_folders",
 ]
 
 ENTRY_FORMAT = "airflow-pydantic-ai/step"
@@ -76,6 +77,25 @@ def _segment(value: str) -> str:
         # Never a path traversal nor an empty segment.
         encoded = encoded.replace(".", "%2E") or "%00"
     return encoded
+
+
+def make_private_folders(path: str) -> None:
+    """Create ``path`` and any missing parents readable by their owner only.
+
+    ``os.makedirs(mode=...)`` applies the mode to the last folder only; the dag and run folders above
+    a task instance's would be world-readable, and their names (dag ids, run ids) tell a story too.
+    """
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another try created it meanwhile
+            os.mkdir(folder, 0o700)
 
 
 def _parse(data: bytes) -> dict[str, Any]:
@@ -301,7 +321,7 @@ class StepStore:
 
     def _put_local(self, path: str, data: bytes) -> None:
         directory = os.path.dirname(path)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        make_private_folders(directory)
         temporary = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
