@@ -9,6 +9,7 @@ option to fix.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ __all__ = [
 
 CONFIG_SECTION = "pydantic_ai"
 _STORAGE_ERROR_MODES = ("warn", "fail")
+_BUCKET_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
 _READ_ONLY_SCHEMES = frozenset({"http", "https", "zip", "tar", "github", "git", "libarchive", "reference", "data"})
 _HINT = "use file:///absolute/folder, s3://conn_id@bucket/prefix, gs://conn_id@bucket/prefix or abfs://..."
 
@@ -67,6 +69,11 @@ def resolve_cache_path(override: str | None = None) -> Any:
         raise DurableConfigError(
             f"{option} {url!r} is not an absolute local path (a file URL needs three slashes: "
             f"file:///absolute/folder); {_HINT}"
+        )
+    if scheme in _BUCKET_SCHEMES and not parts.hostname:
+        raise DurableConfigError(
+            f"{option} {url!r} names no bucket; write it as {scheme}://conn_id@bucket/prefix "
+            f"(or {scheme}://bucket/prefix to use the worker's default credentials)"
         )
     if not scheme:
         if not url.startswith("/"):
@@ -132,23 +139,50 @@ def _storage_error_mode() -> str:
 # Errors that mean the location itself is wrong (permissions, missing bucket, a file in the way), as
 # opposed to a store that is down for a while.
 _CONFIGURATION_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError)
+_DEFAULT_TIMEOUT = 60.0
 
 
-def _check_writable(store: StepStore, storage_errors: str, log: Any) -> None:
+def _is_configuration_error(error: BaseException) -> bool:
+    if isinstance(error, _CONFIGURATION_ERRORS):
+        return True
+    if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG:
+        return True
+    # botocore's ParamValidationError (a malformed bucket name...), without importing botocore.
+    return any(cls.__name__ == "ParamValidationError" for cls in type(error).__mro__)
+
+
+def _check_writable(store: StepStore, storage_errors: str, log: Any) -> bool:
+    """Write and delete a probe; False when the store is unreachable (and ``durable_storage_errors = warn``)."""
     try:
         store.probe()
-    except _CONFIGURATION_ERRORS as error:
-        raise DurableConfigError(
-            f"durable_cache_path: cannot write to {store.location} ({type(error).__name__}: {error}). The workers "
-            "need list, get, put and delete permission under the prefix; check the path and the connection."
-        ) from error
     except Exception as error:
+        described = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if _is_configuration_error(error):
+            raise DurableConfigError(
+                f"durable_cache_path: cannot write to {store.location} ({described}). The workers need list, get, "
+                "put and delete permission under the prefix; check the path, the bucket name and the connection."
+            ) from error
         if storage_errors == "fail":
             raise DurableConfigError(
-                f"durable_cache_path: the cache at {store.location} is unreachable ({error}); "
+                f"durable_cache_path: the cache at {store.location} is unreachable ({described}); "
                 "[pydantic_ai] durable_storage_errors = fail stops here."
             ) from error
-        log.error("Durable: the cache at %s is unreachable (%s); steps will run live", store.location, error)
+        log.error("Durable: the cache at %s is unreachable (%s); steps will run live", store.location, described)
+        return False
+    return True
+
+
+def _storage_timeout() -> float:
+    from airflow.configuration import conf
+
+    option = f"[{CONFIG_SECTION}] durable_storage_timeout"
+    try:
+        seconds = conf.getfloat(CONFIG_SECTION, "durable_storage_timeout", fallback=_DEFAULT_TIMEOUT)
+    except Exception as error:
+        raise DurableConfigError(f"{option} must be a number of seconds: {error}") from error
+    if not seconds > 0:
+        raise DurableConfigError(f"{option} must be a positive number of seconds, got {seconds!r}")
+    return seconds
 
 
 def _cipher() -> Any:
@@ -211,13 +245,22 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
         map_index=-1 if map_index is None else int(map_index),
     )
     base_url = str(base)
-    store = StepStore.for_task(base.fs, base.path, base_url, identity, warn=log.warning, cipher=_cipher())
+    store = StepStore.for_task(
+        base.fs, base.path, base_url, identity, warn=log.warning, cipher=_cipher(), timeout=_storage_timeout()
+    )
     log.info("Durable: the cache of this task instance is %s (delete it to force a fresh run)", store.location)
-    _check_writable(store, storage_errors, log)
+    if not getattr(base, "conn_id", None) and not store.is_local:
+        log.info(
+            "Durable: %s names no connection, so the worker's default credentials are used (environment, "
+            "instance profile...); every worker must reach the same location with them",
+            base_url,
+        )
+    reachable = _check_writable(store, storage_errors, log)
     return DurableRun.open(
         store,
         attempt=int(getattr(ti, "try_number", 1) or 1),
         log=log,
         contains_secret=_secret_finder(),
         storage_errors=storage_errors,  # type: ignore[arg-type]
+        reachable=reachable,
     )

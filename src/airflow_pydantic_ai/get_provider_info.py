@@ -114,6 +114,20 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "fail",
                         "default": "warn",
                     },
+                    "durable_storage_timeout": {
+                        "description": (
+                            "Seconds one cache request may take (the write of one step, the listing, a batch "
+                            "of reads). On object stores (S3, GCS, Azure) it is a hard deadline: without it "
+                            "their clients retry an unreachable endpoint for many minutes per write. A request "
+                            "that times out counts as a storage error (see durable_storage_errors); after two "
+                            "failed writes in a row, steps are not stored for a minute, then writing is tried "
+                            "again."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "20",
+                        "default": "60",
+                    },
                     "durable_encrypt": {
                         "description": (
                             "Encrypt and authenticate every durable cache entry with Airflow's Fernet key "

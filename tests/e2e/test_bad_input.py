@@ -120,6 +120,7 @@ ENV_CASES = {
         ["durable_cache_path", "no_such_conn", "AIRFLOW_CONN_NO_SUCH_CONN"],
     ),
     "parent-is-a-file": ("{tmp}/a-file/cache", ["durable_cache_path", "cannot create the folder", "Not a directory"]),
+    "no-bucket": ("s3://aws_default@", ["durable_cache_path", "names no bucket", "s3://conn_id@bucket/prefix"]),
 }
 
 
@@ -140,6 +141,26 @@ def test_unknown_storage_errors_mode_fails_at_start(monkeypatch, capfd):
     out = capfd.readouterr().out
     assert dr.state == "failed"
     assert_failed_at_start(dr, out, "agent", "durable_storage_errors", "'bogus'", "warn", "fail")
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "0"])
+def test_bad_storage_timeout_fails_at_start(monkeypatch, capfd, value):
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_STORAGE_TIMEOUT", value)
+    dr = run_dag(make_dag(f"bad_input_timeout_{value.strip('-')}", {"agent": None}))
+    out = capfd.readouterr().out
+    assert dr.state == "failed"
+    assert_failed_at_start(dr, out, "agent", "durable_storage_timeout", "seconds")
+
+
+@pytest.mark.s3
+def test_an_invalid_bucket_name_is_a_configuration_error_not_an_outage(s3_bucket, monkeypatch, capfd):
+    """S3 refuses the name before sending anything: no amount of waiting or retrying fixes that."""
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"s3://{s3_bucket.CONN_ID}@Bad_Bucket!/cache")
+    dr = run_dag(make_dag("bad_input_bucket_name", {"agent": None}))
+    out = capfd.readouterr().out
+    assert dr.state == "failed"
+    assert_failed_at_start(dr, out, "agent", "durable_cache_path", "cannot write to", "bucket name")
+    assert "unreachable" not in ERRORS["agent"]
 
 
 def test_a_config_error_is_not_fixed_by_retrying(monkeypatch, capfd):

@@ -76,12 +76,18 @@ def test_entry_point_resolves_to_get_provider_info() -> None:
 def test_every_config_option_has_what_airflow_requires() -> None:
     options = get_provider_info()["config"]["pydantic_ai"]["options"]
 
-    assert set(options) == {"durable_cache_path", "durable_storage_errors", "durable_encrypt"}
+    assert set(options) == {
+        "durable_cache_path",
+        "durable_storage_errors",
+        "durable_storage_timeout",
+        "durable_encrypt",
+    }
     for name, option in options.items():
         missing = {"description", "version_added", "type", "example", "default"} - set(option)
         assert not missing, f"{name} lacks {missing}"
     assert options["durable_cache_path"]["default"] == ""
     assert options["durable_storage_errors"]["default"] == "warn"
+    assert float(options["durable_storage_timeout"]["default"]) == 60
 
 
 def test_providers_manager_registers_the_provider_and_its_config() -> None:
@@ -94,6 +100,7 @@ def test_providers_manager_registers_the_provider_and_its_config() -> None:
     assert set(configs[PACKAGE]["pydantic_ai"]["options"]) == {
         "durable_cache_path",
         "durable_storage_errors",
+        "durable_storage_timeout",
         "durable_encrypt",
     }
     assert manager.field_behaviours["pydantic_ai"]["relabeling"] == {"host": "Base URL", "password": "API key"}
@@ -144,6 +151,7 @@ def test_provider_config_defaults_are_readable_through_airflow_conf(monkeypatch:
 
     assert conf.get("pydantic_ai", "durable_storage_errors") == "warn"
     assert conf.get("pydantic_ai", "durable_cache_path") == ""
+    assert conf.getfloat("pydantic_ai", "durable_storage_timeout") == 60.0
 
 
 def _airflow_cli(*args: str, env: dict[str, str] | None = None) -> str:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -16,10 +20,11 @@ STEPS = 4
 
 
 @pytest.fixture
-def outage_s3():
-    """A moto server of this test's own (it gets stopped), a bucket, and an s3fs filesystem on it."""
+def outage_s3(monkeypatch):
+    """A moto server of this test's own (it gets stopped), a bucket, and the filesystem Airflow gives
+    for an AWS connection to it: the production path, with the clients' default retries and timeouts."""
     import boto3
-    import s3fs
+    from airflow.sdk import ObjectStoragePath
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -30,14 +35,10 @@ def outage_s3():
     boto3.client(
         "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
     ).create_bucket(Bucket=bucket)
-    fs = s3fs.S3FileSystem(
-        key="x",
-        secret="x",
-        skip_instance_cache=True,
-        client_kwargs={"endpoint_url": endpoint, "region_name": "us-east-1"},
-        config_kwargs={"retries": {"max_attempts": 1}, "connect_timeout": 1, "read_timeout": 2},
-    )
-    fs.retries = 1  # s3fs's own retry loop; one try is enough to see the failure
+    # Airflow caches a filesystem per connection id for the whole process: one id per test.
+    conn_id = f"outage_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", _aws_connection(endpoint))
+    base = ObjectStoragePath(f"s3://{conn_id}@{bucket}/cache")
     state = {"running": True}
 
     def stop() -> None:
@@ -45,8 +46,53 @@ def outage_s3():
             server.stop()
             state["running"] = False
 
-    yield fs, bucket, stop
+    yield base, stop
     stop()
+
+
+@pytest.fixture
+def black_hole(monkeypatch):
+    """An endpoint that accepts connections and never answers: the worst outage for a client."""
+    from airflow.sdk import ObjectStoragePath
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted: list[socket.socket] = []
+    stopping = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stopping.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    conn_id = f"hole_{uuid.uuid4().hex[:8]}"
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", _aws_connection(endpoint))
+    yield ObjectStoragePath(f"s3://{conn_id}@bucket/cache")
+    stopping.set()
+    thread.join()
+    for connection in accepted:
+        connection.close()
+    listener.close()
+
+
+def _aws_connection(endpoint: str) -> str:
+    return json.dumps(
+        {
+            "conn_type": "aws",
+            "login": "x",
+            "password": "x",
+            "extra": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        }
+    )
 
 
 def _agent(stop_after_step: int, stop: Any, calls: list[int]) -> Agent[Any, str]:
@@ -88,46 +134,95 @@ class Log:
         self._add("debug", msg, *args)
 
 
-def _store(fs: Any, bucket: str, log: Log) -> StepStore:
+def _store(base: Any, log: Log, timeout: float = 1.0) -> StepStore:
     identity = TaskIdentity("dag", "manual__2026-11-22T04:00:00+00:00", "task")
-    return StepStore.for_task(fs, f"{bucket}/cache", f"s3://{bucket}/cache", identity, warn=log.warning)
+    return StepStore.for_task(base.fs, base.path, str(base), identity, warn=log.warning, timeout=timeout)
+
+
+def _errors(log: Log) -> list[str]:
+    return [text for level, text in log.lines if level == "error"]
 
 
 def test_outage_mid_run_goes_on_live_and_counts_unpersisted_steps(outage_s3):
-    fs, bucket, stop = outage_s3
+    base, stop = outage_s3
     log, calls = Log(), []
-    run = DurableRun.open(_store(fs, bucket, log), attempt=1, log=log)
+    run = DurableRun.open(_store(base, log), attempt=1, log=log)
     result = _agent(stop_after_step=1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     run.log_summary()
     run.finish()
 
     assert result.output == "finished"
     assert calls == [0, 1, 2, 3]
-    # Stored before the outage: model step 1, tool 0, model step 2. Everything from tool 1 on failed.
-    errors = [text for level, text in log.lines if level == "error"]
-    failed_writes = [text for text in errors if text.startswith("Durable: could not store")]
-    assert len(failed_writes) == run.not_persisted == 9 - 3
-    assert any("tool work" in text for text in failed_writes) and any("model step" in text for text in failed_writes)
+    # Stored before the outage: model step 1, tool 0, model step 2. Every later step is reported, once each:
+    # the first two as failed writes, the rest as skipped while the store is unreachable.
+    failed = [text for text in _errors(log) if text.startswith("Durable: could not store")]
+    skipped = [text for text in _errors(log) if text.startswith("Durable: did not store")]
+    assert len(failed) == 2 and len(skipped) == 4
+    assert run.not_persisted == 9 - 3
+    assert any("tool work" in text for text in failed + skipped)
+    assert any("model step" in text for text in failed + skipped)
+    assert any("is unreachable (2 writes failed in a row" in text for text in _errors(log))
     texts = [text for _, text in log.lines]
     assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 9 new steps (5 model, 4 tool)" in texts
     assert "Durable: 6 steps of this attempt were not persisted and will run again on a retry" in texts
-    assert any("could not be deleted" in text for text in errors), "a failed clean-up is reported, not raised"
+    assert any("could not be deleted" in text for text in _errors(log)), "a failed clean-up is reported, not raised"
 
 
 def test_outage_with_fail_mode_fails_the_attempt(outage_s3):
-    fs, bucket, stop = outage_s3
+    base, stop = outage_s3
     log, calls = Log(), []
-    run = DurableRun.open(_store(fs, bucket, log), attempt=1, log=log, storage_errors="fail")
+    run = DurableRun.open(_store(base, log), attempt=1, log=log, storage_errors="fail")
     with pytest.raises(DurableStorageError, match="durable_storage_errors = warn"):
         _agent(stop_after_step=0, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert calls == [0]
 
 
 def test_unreachable_store_at_start_runs_everything_live(outage_s3):
-    fs, bucket, stop = outage_s3
+    base, stop = outage_s3
     stop()
     log, calls = Log(), []
-    run = DurableRun.open(_store(fs, bucket, log), attempt=2, log=log)
+    run = DurableRun.open(_store(base, log), attempt=2, log=log)
     result = _agent(stop_after_step=-1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert result.output == "finished" and calls == [0, 1, 2, 3]
-    assert any(level == "error" and "could not read the cache" in text for level, text in log.lines)
+    assert any("could not read the cache" in text for text in _errors(log))
+
+
+def test_a_failed_start_probe_skips_loading_and_writing(outage_s3):
+    """The probe at the start already found the store unreachable: no step waits for a timeout again."""
+    base, stop = outage_s3
+    stop()
+    log, calls = Log(), []
+    run = DurableRun.open(_store(base, log), attempt=2, log=log, reachable=False)
+    result = _agent(stop_after_step=-1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
+    assert result.output == "finished" and calls == [0, 1, 2, 3]
+    assert run.not_persisted == 9
+    assert not [text for text in _errors(log) if text.startswith("Durable: could not store")], "no write was tried"
+    assert len([text for text in _errors(log) if text.startswith("Durable: did not store")]) == 9
+
+
+def test_writes_are_tried_again_once_the_store_may_be_back(outage_s3):
+    base, stop = outage_s3
+    log, calls = Log(), []
+    run = DurableRun.open(_store(base, log), attempt=1, log=log)
+    run.retry_storage_after = 0.0  # the back-off is over at once: every write is tried
+    _agent(stop_after_step=1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
+    assert len([text for text in _errors(log) if text.startswith("Durable: could not store")]) == 6
+
+
+def test_an_endpoint_that_never_answers_costs_the_timeout_not_the_clients_retries(black_hole):
+    """botocore (60 s read timeout, 5 attempts) under s3fs (5 retries) would wait ~25 minutes per write."""
+    log, calls = Log(), []
+    store = _store(black_hole, log, timeout=1.0)
+    started = time.monotonic()
+    run = DurableRun.open(store, attempt=1, log=log)
+    result = _agent(stop_after_step=-1, stop=lambda: None, calls=calls).run_sync(
+        "go", capabilities=[DurableCapability(run)]
+    )
+    elapsed = time.monotonic() - started
+    assert result.output == "finished" and calls == [0, 1, 2, 3]
+    assert any("could not read the cache" in text and "TimeoutError" in text for text in _errors(log))
+    failed = [text for text in _errors(log) if text.startswith("Durable: could not store")]
+    assert len(failed) == 2 and all("TimeoutError" in text for text in failed)
+    assert run.not_persisted == 9
+    # A hang guard, not a speed test: one load and two writes, each bounded by the 1 s timeout.
+    assert elapsed < 60, f"{elapsed:.0f} s"

@@ -201,3 +201,18 @@ def test_an_entry_copied_from_another_task_instance_is_never_replayed(tmp_path, 
     assert today.replayed.total == 0
     assert "97.25" in result.output, "today's price, not yesterday's"
     assert sum("written for another task instance" in warning for warning in log.warnings) == 3
+
+
+def test_long_ids_stay_within_one_file_name_and_never_collide(tmp_path):
+    """Airflow ids may be 250 characters; percent-encoding triples non-ASCII ones. A local file name
+    holds 255 bytes: long segments keep a readable start and a digest of the whole id."""
+    long_dag = "報告" * 60  # 120 characters, 360 bytes of UTF-8, 1080 encoded
+    twins = [TaskIdentity(long_dag + suffix, RUN_ID, "t" * 250) for suffix in ("a", "b")]
+    stores = [make_store(tmp_path, identity) for identity in twins]
+    for store in stores:
+        store.put(entry())
+        assert all(len(segment.encode()) <= 200 for segment in store.root.split("/"))
+        assert store.location.split("/")[-5].startswith("%E5%A0%B1%E5%91%8A"), "still recognisable"
+    assert stores[0].root != stores[1].root
+    assert [list(store.load().entries) for store in stores] == [[entry().name]] * 2
+    assert TaskIdentity("x" * 200, RUN_ID, "t").segments()[0] == "x" * 200, "short enough ids are kept as they are"

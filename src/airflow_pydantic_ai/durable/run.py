@@ -118,6 +118,8 @@ class DurableRun:
     replayed: StepCounts = field(default_factory=StepCounts)
     executed: StepCounts = field(default_factory=StepCounts)
     not_persisted: int = 0
+    retry_storage_after: float = 60.0
+    """Once writes keep failing (or the start probe failed), skip them for this many seconds, then try again."""
     saved_input_tokens: int = 0
     saved_output_tokens: int = 0
     # Per-attempt bookkeeping, private to the caching wrappers.
@@ -131,6 +133,9 @@ class DurableRun:
     """A request could not be fingerprinted: nothing after it can ever match, so nothing is looked up or stored."""
     _last_model_entry: str | None = field(default=None, repr=False)
     _pending_tool_replays: int = field(default=0, repr=False)
+    _failed_writes_in_a_row: int = field(default=0, repr=False)
+    _skip_writes_until: float = field(default=0.0, repr=False)
+    _storage_error: str = field(default="", repr=False)
 
     @classmethod
     def open(
@@ -141,19 +146,30 @@ class DurableRun:
         log: TaskLogger,
         contains_secret: Callable[[Any], bool] = _no_secrets,
         storage_errors: StorageErrors = "warn",
+        reachable: bool = True,
     ) -> DurableRun:
-        """Load the task instance's cache and start an attempt."""
+        """Load the task instance's cache and start an attempt.
+
+        ``reachable=False`` (the start probe failed, ``durable_storage_errors = warn``): nothing is loaded,
+        and writes are skipped until the store has had time to come back.
+        """
         run = cls(store=store, attempt=attempt, log=log, contains_secret=contains_secret, storage_errors=storage_errors)
+        if not reachable:
+            run._storage_unreachable("the cache could not be reached when the attempt started")
+            log.error("Durable: this attempt runs every step live; it tries to store steps again as it goes")
+            return run
         try:
             loaded = store.load()
         except Exception as error:
             if storage_errors == "fail":
                 raise DurableStorageError(
-                    f"could not read the durable cache at {store.location}: {error}. Fix the storage, or set "
-                    "[pydantic_ai] durable_storage_errors = warn to run on without it."
+                    f"could not read the durable cache at {store.location}: {_describe(error)}. Fix the storage, "
+                    "or set [pydantic_ai] durable_storage_errors = warn to run on without it."
                 ) from error
             log.error(
-                "Durable: could not read the cache at %s (%s); this attempt runs every step live", store.location, error
+                "Durable: could not read the cache at %s (%s); this attempt runs every step live",
+                store.location,
+                _describe(error),
             )
             return run
         run.entries = loaded.entries
@@ -358,16 +374,43 @@ class DurableRun:
                 what,
             )
             return
+        if time.monotonic() < self._skip_writes_until:
+            # An unreachable store would make every step wait for its timeout: skip, and say so.
+            self.not_persisted += 1
+            self.log.error(
+                "Durable: did not store %s: the cache at %s is unreachable (%s); it runs again on a retry",
+                what,
+                self.store.location,
+                self._storage_error,
+            )
+            return
         try:
             self.store.put(entry)
         except Exception as error:
             self.not_persisted += 1
-            self.log.error("Durable: could not store %s at %s%s: %s", what, self.store.location, entry.name, error)
+            self.log.error(
+                "Durable: could not store %s at %s%s: %s", what, self.store.location, entry.name, _describe(error)
+            )
             if self.storage_errors == "fail":
                 raise DurableStorageError(
-                    f"could not store {what} in the durable cache at {self.store.location}: {error}. "
+                    f"could not store {what} in the durable cache at {self.store.location}: {_describe(error)}. "
                     "Fix the storage, or set [pydantic_ai] durable_storage_errors = warn to run on without it."
                 ) from error
+            self._failed_writes_in_a_row += 1
+            if self._failed_writes_in_a_row >= 2:
+                self._storage_unreachable(f"{self._failed_writes_in_a_row} writes failed in a row: {_describe(error)}")
+        else:
+            self._failed_writes_in_a_row = 0
+
+    def _storage_unreachable(self, reason: str) -> None:
+        self._storage_error = reason
+        self._skip_writes_until = time.monotonic() + self.retry_storage_after
+        self.log.error(
+            "Durable: the cache at %s is unreachable (%s); steps are not stored for the next %.0f s",
+            self.store.location,
+            reason,
+            self.retry_storage_after,
+        )
 
     def forget_last_model_step(self) -> None:
         """Drop the last model answer of this attempt (it made the run fail) so a retry asks again."""
@@ -377,7 +420,9 @@ class DurableRun:
         try:
             self.store.remove(self._last_model_entry)
         except Exception as error:
-            self.log.error("Durable: could not delete %s%s: %s", self.store.location, self._last_model_entry, error)
+            self.log.error(
+                "Durable: could not delete %s%s: %s", self.store.location, self._last_model_entry, _describe(error)
+            )
         else:
             self.log.info(
                 "Durable: the last model answer made the run fail; it was removed from the cache so a retry asks again"
@@ -414,7 +459,7 @@ class DurableRun:
                 "Durable: task succeeded but its cache at %s could not be deleted (%s); delete it by hand, "
                 "or let a bucket lifecycle rule expire it",
                 self.store.location,
-                error,
+                _describe(error),
             )
             return
         self.log.info("Durable: task succeeded; deleted the cache at %s", self.store.location)
@@ -578,6 +623,12 @@ class ToolStep:
             payload=payload,
         )
         self.run._persist(entry, self.label)
+
+
+def _describe(error: BaseException) -> str:
+    """An error for a log line: a timeout's message is often empty."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _raw_arguments(messages: Sequence[ModelMessage], tool_call_id: str | None, fallback: dict[str, Any]) -> Any:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
+from fsspec.asyn import AsyncFileSystem, sync
+
 __all__ = [
     "ENTRY_FORMAT",
     "SCHEMA_VERSION",
@@ -71,11 +73,24 @@ class TaskIdentity:
         return [_segment(self.dag_id), _segment(self.run_id), _segment(self.task_id), str(self.map_index)]
 
 
+_MAX_SEGMENT = 200
+"""Bytes of one encoded path segment: local filesystems allow 255 per name (ids can be long, and
+percent-encoding triples non-ASCII characters)."""
+
+
 def _segment(value: str) -> str:
     encoded = quote(value, safe=_SAFE_CHARACTERS)
     if encoded in ("", ".", ".."):
         # Never a path traversal nor an empty segment.
         encoded = encoded.replace(".", "%2E") or "%00"
+    if len(encoded) > _MAX_SEGMENT:
+        # A readable start and a digest of the whole id. A literal "%" is always encoded as "%25",
+        # so "%%" never occurs in a segment that was not shortened: no collision with any other id.
+        head = encoded[: _MAX_SEGMENT - 66]
+        escape = head.rfind("%", len(head) - 2)  # never cut a %XX escape in two
+        if escape != -1:
+            head = head[:escape]
+        encoded = f"{head}%%{hashlib.sha256(value.encode()).hexdigest()}"
     return encoded
 
 
@@ -239,6 +254,9 @@ class StepStore:
     """The task instance's identity, written into each entry and checked on load."""
     warn: Callable[[str], None] = print
     cipher: Cipher | None = None
+    timeout: float | None = None
+    """Seconds one request may take (a write, the listing, a batch of reads): a hard, cancelling
+    deadline on asynchronous object stores (S3, GCS, Azure), whose clients otherwise retry for minutes."""
     bytes_written: int = 0
     objects_written: int = 0
 
@@ -252,6 +270,7 @@ class StepStore:
         *,
         warn: Callable[[str], None] = print,
         cipher: Cipher | None = None,
+        timeout: float | None = None,
     ) -> StepStore:
         """The store of ``identity`` under ``base`` (a path on ``fs``) known to people as ``base_url``."""
         suffix = "/".join(identity.segments())
@@ -262,6 +281,7 @@ class StepStore:
             owner=identity.owner(),
             warn=warn,
             cipher=cipher,
+            timeout=timeout,
         )
 
     @property
@@ -273,6 +293,13 @@ class StepStore:
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
+    def _request(self, method: str, *args: Any, requests: int = 1, **kwargs: Any) -> Any:
+        """``fs.<method>(...)``, within ``requests`` x ``timeout`` seconds on asynchronous filesystems."""
+        if self.timeout and isinstance(self.fs, AsyncFileSystem) and self.fs.loop is not None:
+            # Raises fsspec's FSTimeoutError (a TimeoutError) and cancels the request.
+            return sync(self.fs.loop, getattr(self.fs, f"_{method}"), *args, timeout=self.timeout * requests, **kwargs)
+        return getattr(self.fs, method)(*args, **kwargs)
+
     def load(self) -> LoadedCache:
         """List the prefix once and fetch every entry in one batched call."""
         loaded = LoadedCache()
@@ -281,7 +308,7 @@ class StepStore:
         if invalidate is not None:
             invalidate(self.root)
         try:
-            listing = self.fs.ls(self.root, detail=False)
+            listing = self._request("ls", self.root, detail=False)
         except (FileNotFoundError, NotADirectoryError):
             return loaded
         paths = [
@@ -291,7 +318,8 @@ class StepStore:
         ]
         if not paths:
             return loaded
-        contents = self.fs.cat(paths, on_error="return")
+        # Fetched concurrently; the deadline grows with the batch (a few dozen requests run at once).
+        contents = self._request("cat", paths, on_error="return", requests=1 + len(paths) // 32)
         if not isinstance(contents, dict):  # a single path comes back as bytes
             contents = {paths[0]: contents}
         for path, data in sorted(contents.items()):
@@ -315,7 +343,7 @@ class StepStore:
         if self.is_local:
             self._put_local(path, data)
         else:
-            self.fs.pipe_file(path, data)
+            self._request("pipe_file", path, data)
         self.bytes_written += len(data)
         self.objects_written += 1
 
@@ -342,18 +370,18 @@ class StepStore:
         if self.is_local:
             self._put_local(path, b"probe")
         else:
-            self.fs.pipe_file(path, b"probe")
-        self.fs.rm_file(path)
+            self._request("pipe_file", path, b"probe")
+        self._request("rm_file", path)
 
     def remove(self, name: str) -> None:
         """Delete one entry if it exists."""
         with contextlib.suppress(FileNotFoundError):
-            self.fs.rm_file(self._path(name))
+            self._request("rm_file", self._path(name))
 
     def clear(self) -> None:
         """Delete the whole prefix (and, on local disks, the parent folders it leaves empty)."""
         try:
-            self.fs.rm(self.root, recursive=True)
+            self._request("rm", self.root, recursive=True, requests=3)
         except FileNotFoundError:
             return
         if self.is_local:
