@@ -19,10 +19,6 @@ LEAKY_RESULT = "customer record: plan=gold, mood=happy, favourite_colour=teal"
 
 
 def _dag(dag_id: str, tool_calls: dict[str, int], on_retry: Any, leak_secret: bool = True):
-    from airflow.sdk import DAG, get_current_context
-
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     def fetch_customer(customer_id: int) -> str:
         """Fetch a customer record (and, carelessly, an API key)."""
         tool_calls["fetch_customer"] += 1
@@ -33,12 +29,38 @@ def _dag(dag_id: str, tool_calls: dict[str, int], on_retry: Any, leak_secret: bo
         tool_calls["lookup_plan"] += 1
         return LEAKY_RESULT
 
+    return _agent_dag(dag_id, [fetch_customer, lookup_plan, _flaky_notify(tool_calls)], on_retry)
+
+
+def _two_tool_dag(dag_id: str, calls: dict[str, int], result: Any, on_retry: Any):
+    """``fetch`` returns ``result()``; ``notify`` fails on the first try only."""
+
+    def fetch(customer_id: int) -> Any:
+        """Fetch a record."""
+        calls["fetch"] += 1
+        return result()
+
+    return _agent_dag(dag_id, [fetch, _flaky_notify(calls)], on_retry)
+
+
+def _flaky_notify(calls: dict[str, int]) -> Any:
     def notify(customer_id: int) -> str:
         """Notify; down on the first try."""
-        tool_calls["notify"] += 1
+        from airflow.sdk import get_current_context
+
+        calls["notify"] += 1
         if get_current_context()["ti"].try_number == 1:
             raise ConnectionError("down")
         return "ok"
+
+    return notify
+
+
+def _agent_dag(dag_id: str, tools: list[Any], on_retry: Any):
+    """One durable TestModel agent with ``tools``, one retry."""
+    from airflow.sdk import DAG
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
 
     with DAG(
         dag_id=dag_id,
@@ -50,7 +72,7 @@ def _dag(dag_id: str, tool_calls: dict[str, int], on_retry: Any, leak_secret: bo
             task_id="agent",
             prompt="Check customer 7.",
             model_id="test",
-            toolsets=[FunctionToolset([fetch_customer, lookup_plan, notify])],
+            toolsets=[FunctionToolset(tools)],
             durable=True,
             on_retry_callback=on_retry,
         )
@@ -154,41 +176,6 @@ def test_encryption_without_a_fernet_key_fails_at_start(tmp_path, monkeypatch, c
     assert dr.state == "failed"
     assert "durable_encrypt is on but [core] fernet_key is empty" in out
     assert calls == {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
-
-
-def _two_tool_dag(dag_id: str, calls: dict[str, int], result: Any, on_retry: Any):
-    """``fetch`` returns ``result()``; ``notify`` fails on the first try only."""
-    from airflow.sdk import DAG, get_current_context
-
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
-    def fetch(customer_id: int) -> Any:
-        """Fetch a record."""
-        calls["fetch"] += 1
-        return result()
-
-    def notify(customer_id: int) -> str:
-        """Notify; down on the first try."""
-        calls["notify"] += 1
-        if get_current_context()["ti"].try_number == 1:
-            raise ConnectionError("down")
-        return "ok"
-
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
-        AgentOperator(
-            task_id="agent",
-            prompt="Check customer 7.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch, notify])],
-            durable=True,
-            on_retry_callback=on_retry,
-        )
-    return dag
 
 
 def test_keys_that_only_sound_sensitive_do_not_stop_caching(tmp_path, monkeypatch, capfd):
