@@ -460,6 +460,55 @@ def test_output_function_asking_for_a_retry_replays_the_same_path(harness):
     assert run.executed.total == 0
 
 
+@pytest.mark.parametrize("rewrite", ["reassign-parts", "replace-message"])
+def test_history_rewritten_by_a_processor_is_seen(harness, rewrite):
+    """pydantic-ai's supported ways to rewrite history mid-run: a message with a new ``parts`` list, or a
+    new message. A digest remembered for the old content must never make the changed request replay."""
+    import dataclasses
+    import warnings
+
+    from pydantic_ai.capabilities import ProcessHistory
+    from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+    def agent_writing(placeholder: str) -> Agent[Any, str]:
+        def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            answered = sum(isinstance(message, ModelResponse) for message in messages)
+            if answered < 2:
+                return ModelResponse(parts=[ToolCallPart("lookup", {"x": answered}, tool_call_id=f"c{answered}")])
+            return ModelResponse(parts=[TextPart(f"based on {messages[2].parts[0].content}")])
+
+        def shorten(messages: list[ModelMessage]) -> list[ModelMessage]:
+            rewritten = []
+            for message in messages:
+                if message is not messages[-1] and isinstance(message, ModelRequest):
+                    parts = [
+                        dataclasses.replace(p, content=placeholder) if isinstance(p, ToolReturnPart) else p
+                        for p in message.parts
+                    ]
+                    if rewrite == "reassign-parts":
+                        message.parts = parts
+                    else:
+                        message = dataclasses.replace(message, parts=parts)
+                rewritten.append(message)
+            return rewritten
+
+        agent: Agent[Any, str] = Agent(FunctionModel(model), capabilities=[ProcessHistory(shorten)])
+
+        @agent.tool_plain
+        def lookup(x: int) -> str:
+            return f"full result {x}"
+
+        return agent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        harness.run(agent_writing("[omitted]"), "go")
+        result, run, log = harness.run(agent_writing("[omitted by v2]"), "go")
+    assert result.output == "based on [omitted by v2]"
+    assert run.executed.model >= 1, "the request that saw the new placeholder ran live"
+    assert any("changed: message history" in warning for warning in log.at("warning"))
+
+
 def test_replayed_steps_do_not_count_against_usage_limits(harness):
     calls: dict[str, int] = {}
     agent = counting_agent(calls)

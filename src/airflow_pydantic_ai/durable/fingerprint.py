@@ -77,6 +77,7 @@ _OUTPUT_PARAMS = (
 _INSTRUCTION_PARAMS = ("instruction_parts", "instruction_visibility")
 
 _MESSAGE_ADAPTER: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
+_PARTS = operator.attrgetter("parts")
 
 
 class FingerprintError(ValueError):
@@ -234,39 +235,53 @@ class _Chain:
 class MessageDigests:
     """Per-run memo of message digests and of the digests of conversation prefixes.
 
-    Messages are keyed by identity (a reference is kept, so an id is never reused while memoised).
-    A conversation that extends the one seen last reuses its prefix digests: the cost of a step is
-    the cost of its new messages.
+    A message is known by its identity *and* the identity of its ``parts`` list: pydantic-ai's way to
+    rewrite history mid-run is to replace a message or reassign its ``parts`` (a history processor
+    does), and either shows here; mutating a part in place is unsupported by pydantic-ai itself (its
+    ``MessageHistoryMutatedWarning``). References are kept, so an id is never reused while memoised.
+    A conversation that extends the one seen last reuses its prefix digests: the cost of a step is the
+    cost of its new messages.
     """
 
-    _by_id: dict[int, tuple[ModelMessage, _MessageDigest]] = field(default_factory=dict)
+    _by_id: dict[int, tuple[ModelMessage, Any, _MessageDigest]] = field(default_factory=dict)
     _prefix: list[ModelMessage] = field(default_factory=list)
+    _prefix_parts: list[Any] = field(default_factory=list)
     _prefix_chains: list[_Chain] = field(default_factory=list)
 
     def message(self, message: ModelMessage) -> _MessageDigest:
         known = self._by_id.get(id(message))
-        if known is not None and known[0] is message:
-            return known[1]
+        if known is not None and known[0] is message and known[1] is message.parts:
+            return known[2]
         computed = _digest_message(message)
-        self._by_id[id(message)] = (message, computed)
+        self._by_id[id(message)] = (message, message.parts, computed)
         return computed
 
     def chain(self, messages: Sequence[ModelMessage]) -> _Chain:
         """Digests of the whole conversation ``messages``."""
         remembered = len(self._prefix)
-        if len(messages) >= remembered and all(map(operator.is_, messages, self._prefix)):
-            # The usual case, a conversation that grew: one identity check per message, in C.
+        if (
+            len(messages) >= remembered
+            and all(map(operator.is_, messages, self._prefix))
+            and all(map(operator.is_, map(_PARTS, messages), self._prefix_parts))
+        ):
+            # The usual case, a conversation that grew: two identity checks per message, in C.
             shared = remembered
         else:
             shared, limit = 0, min(len(messages), remembered)
-            while shared < limit and messages[shared] is self._prefix[shared]:
+            while (
+                shared < limit
+                and messages[shared] is self._prefix[shared]
+                and messages[shared].parts is self._prefix_parts[shared]
+            ):
                 shared += 1
             del self._prefix[shared:]
+            del self._prefix_parts[shared:]
             del self._prefix_chains[shared:]
         current = self._prefix_chains[-1] if self._prefix_chains else _Chain()
         for message in messages[shared:]:
             current = current.extend(self.message(message))
             self._prefix.append(message)
+            self._prefix_parts.append(message.parts)
             self._prefix_chains.append(current)
         return current
 
