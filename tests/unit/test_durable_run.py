@@ -509,6 +509,91 @@ def test_history_rewritten_by_a_processor_is_seen(harness, rewrite):
     assert any("changed: message history" in warning for warning in log.at("warning"))
 
 
+def test_a_tool_failing_with_unexpected_model_behavior_keeps_the_answer_that_called_it(harness):
+    """A tool whose own sub-agent gave up raises UnexpectedModelBehavior: the model's answer was fine,
+    and forgetting it would send the email it also asked for a second time."""
+    emails: list[str] = []
+    failures = {"left": 1}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("send_email", {"to": "bob"}, tool_call_id=f"call-{uuid.uuid4()}"),
+                    ToolCallPart("ask_expert", {"question": "why"}, tool_call_id=f"call-{uuid.uuid4()}"),
+                ]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def send_email(to: str) -> str:
+        emails.append(to)
+        return "sent"
+
+    @agent.tool_plain
+    def ask_expert(question: str) -> str:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise UnexpectedModelBehavior("the expert sub-agent exceeded its retries")
+        return "because"
+
+    run, _ = harness.open()
+    with pytest.raises(UnexpectedModelBehavior):
+        try:
+            agent.run_sync("email bob and ask why", capabilities=[DurableCapability(run)])
+        except UnexpectedModelBehavior:
+            run.forget_last_model_step()  # what AgentOperator does
+            raise
+    result, run2, _ = harness.run(agent, "email bob and ask why")
+    assert result.output == "done"
+    assert emails == ["bob"], "the email went out twice"
+    assert (run2.replayed.model, run2.replayed.tool) == (1, 1)
+
+
+def test_replayed_retries_do_not_lift_the_tool_calls_limit(harness):
+    """pydantic-ai counts only successful tool calls; a replayed ModelRetry must not make room for live ones."""
+
+    class ProviderDown(Exception):
+        pass
+
+    attempt = {"n": 1}
+    live: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answered = sum(isinstance(message, ModelResponse) for message in messages)
+        if answered == 0:
+            return ModelResponse(parts=[ToolCallPart("flaky", {}, tool_call_id="f")])
+        if attempt["n"] == 1 and answered >= 2:
+            raise ProviderDown("provider down")
+        if answered <= 3:
+            return ModelResponse(parts=[ToolCallPart("act", {"x": answered}, tool_call_id=f"a{answered}")])
+        return ModelResponse(parts=[TextPart("final")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def act(x: int) -> str:
+        live.append(x)
+        return "ok"
+
+    @agent.tool_plain
+    def flaky() -> str:
+        raise ModelRetry("again")
+
+    limits = UsageLimits(tool_calls_limit=1)
+    run, _ = harness.open()
+    with pytest.raises(ProviderDown):
+        agent.run_sync("go", capabilities=[DurableCapability(run)], usage_limits=run.usage_limits(limits))
+    attempt["n"] = 2
+    live.clear()
+    run2, _ = harness.open()
+    with pytest.raises(UsageLimitExceeded):
+        agent.run_sync("go", capabilities=[DurableCapability(run2)], usage_limits=run2.usage_limits(limits))
+    assert live == [2], "one live call allowed on the retry (act 1 replayed), and no more"
+
+
 def test_replayed_steps_do_not_count_against_usage_limits(harness):
     calls: dict[str, int] = {}
     agent = counting_agent(calls)

@@ -133,6 +133,8 @@ class DurableRun:
     """A request could not be fingerprinted: nothing after it can ever match, so nothing is looked up or stored."""
     _last_model_entry: str | None = field(default=None, repr=False)
     _pending_tool_replays: int = field(default=0, repr=False)
+    _replayed_tool_returns: int = field(default=0, repr=False)
+    """Replayed successful function-tool calls: what pydantic-ai counts in ``usage.tool_calls``."""
     _failed_writes_in_a_row: int = field(default=0, repr=False)
     _skip_writes_until: float = field(default=0.0, repr=False)
     _storage_error: str = field(default="", repr=False)
@@ -328,7 +330,7 @@ class DurableRun:
     ) -> ToolStep:
         label = f"{kind} {name} (call {tool_call_id})" if tool_call_id else f"{kind} {name}"
         if self._failed_closed:
-            return ToolStep(run=self, label=label, tool_name=name, key=None)
+            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=kind == "tool")
         try:
             base = fingerprint_tool_call(
                 tool_name=name if kind == "tool" else f"{kind}:{name}",
@@ -339,10 +341,11 @@ class DurableRun:
             )
         except FingerprintError as error:
             self.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
-            return ToolStep(run=self, label=label, tool_name=name, key=None)
+            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=kind == "tool")
         occurrence = self._occurrences[base]
         self._occurrences[base] += 1
-        step = ToolStep(run=self, label=label, tool_name=name, key=digest("tool-step/v1", base, str(occurrence)))
+        key = digest("tool-step/v1", base, str(occurrence))
+        step = ToolStep(run=self, label=label, tool_name=name, key=key, is_tool=kind == "tool")
         entry = self.entries.get(step.entry_name)
         if entry is not None:
             outcome = entry.payload.get("outcome")
@@ -558,6 +561,8 @@ class ToolStep:
     label: str
     tool_name: str
     key: str | None
+    is_tool: bool = True
+    """A function tool (False: an output function, which pydantic-ai does not count as a tool call)."""
     replayed: tuple[Any] | None = None
     replayed_error: Exception | None = None
     started: float = field(default_factory=time.monotonic)
@@ -577,6 +582,8 @@ class ToolStep:
         if self.replayed_error is not None:
             raise self.replayed_error
         assert self.replayed is not None
+        if self.is_tool:
+            self.run._replayed_tool_returns += 1
         return self.replayed[0]
 
     def _finish(self) -> int:
@@ -599,6 +606,9 @@ class ToolStep:
     def record_failure(self, error: BaseException) -> None:
         """The tool ran and raised (or was cancelled): counted as executed; a retry runs it again."""
         self.run.executed.tool += 1
+        # The run fails (if it does) because of this call, not because of the model answer that asked
+        # for it: that answer must stay cached, or its other tool calls would happen again.
+        self.run._last_model_entry = None
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and runs again on a retry",
             self.label,
@@ -656,7 +666,7 @@ class ReplayAwareUsageLimits(UsageLimits):
         return replace(
             usage,
             requests=max(0, usage.requests - self.run.replayed.model),
-            tool_calls=max(0, usage.tool_calls - self.run.replayed.tool),
+            tool_calls=max(0, usage.tool_calls - self.run._replayed_tool_returns),
         )
 
     def check_before_request(self, usage: RunUsage) -> None:
