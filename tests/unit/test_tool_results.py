@@ -19,6 +19,7 @@ import enum
 import importlib
 import json
 import math
+import os
 import sys
 import time
 import uuid
@@ -282,6 +283,8 @@ EXACT = {
     "dict-with-tuple-keys": lambda: {(1, "a"): [b"x"]},
     "list-of-binary-content": lambda: ["caption", BinaryContent(data=b"img", media_type="image/png")],
     "infinity": lambda: [float("inf"), float("-inf"), 1.5],
+    # What os.listdir() gives for a file name that is not UTF-8: a lone surrogate.
+    "lone-surrogate": lambda: os.fsdecode(b"report-\xff.csv"),
 }
 
 
@@ -353,6 +356,7 @@ NOT_CACHED = {
     "path": lambda: Path("/data/report.csv"),
     "datetime-with-a-custom-tzinfo": lambda: datetime(2026, 1, 1, tzinfo=FixedOffset()),
     "path-inside-a-list": lambda: ["ok", Path("/data")],
+    "int-of-5000-digits": lambda: 10**5000,
     "path-inside-a-dataclass": lambda: Batch(number=1, items=[], note=Path("/data")),  # type: ignore[arg-type]
 }
 

@@ -45,6 +45,8 @@ __all__ = [
 
 _RESPONSE_ADAPTER: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 _MAX_DEPTH = 200
+_MAX_INT_BITS = 13_000
+"""About 3,900 decimal digits: Python refuses to write an int of more than 4,300 digits as JSON."""
 
 
 class UnsupportedValue(ValueError):
@@ -67,8 +69,10 @@ def is_plain_json(value: Any, _depth: int = 0) -> bool:
     if _depth > _MAX_DEPTH:
         return False
     kind = type(value)
-    if value is None or kind is str or kind is bool or kind is int:
+    if value is None or kind is str or kind is bool:
         return True
+    if kind is int:
+        return value.bit_length() <= _MAX_INT_BITS
     if kind is float:
         return math.isfinite(value)
     if kind is list:
@@ -169,6 +173,8 @@ def _encode(value: Any, depth: int) -> dict[str, Any]:
     if depth > _MAX_DEPTH:
         raise UnsupportedValue("it is nested too deeply")
     kind = type(value)
+    if kind is int and value.bit_length() > _MAX_INT_BITS:
+        raise UnsupportedValue("an int of more than 3,900 digits cannot be stored as JSON")
     if value is None or kind is str or kind is bool or kind is int or (kind is float and math.isfinite(value)):
         return {"type": "json", "value": value}
     if kind is float:  # nan, inf, -inf

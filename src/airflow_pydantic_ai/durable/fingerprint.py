@@ -116,7 +116,7 @@ def digest(*chunks: str | bytes) -> str:
     """Hex sha256 of the chunks, each length-prefixed so that ("ab", "c") != ("a", "bc")."""
     hasher = hashlib.sha256()
     for chunk in chunks:
-        data = chunk.encode() if isinstance(chunk, str) else chunk
+        data = chunk.encode("utf-8", "surrogatepass") if isinstance(chunk, str) else chunk
         hasher.update(len(data).to_bytes(8, "big"))
         hasher.update(data)
     return hasher.hexdigest()

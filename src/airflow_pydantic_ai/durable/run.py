@@ -388,7 +388,13 @@ class DurableRun:
             )
             return
         try:
-            self.store.put(entry)
+            data = self.store.encode(entry)
+        except (ValueError, TypeError, RecursionError) as error:  # the value, not the storage, is at fault
+            self.not_persisted += 1
+            self.log.warning("Durable: %s is not cached: it cannot be written as JSON (%s)", what, _describe(error))
+            return
+        try:
+            self.store.write(entry.name, data)
         except Exception as error:
             self.not_persisted += 1
             self.log.error(

@@ -127,7 +127,17 @@ def _parse(data: bytes) -> dict[str, Any]:
 
 def _checksum(body: dict[str, Any]) -> str:
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _json_bytes(body: dict[str, Any]) -> bytes:
+    """UTF-8 JSON; text with lone surrogates (undecodable file names) is written as ASCII escapes,
+    which JSON reads back as the same surrogates."""
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -165,7 +175,7 @@ class StepEntry:
             "payload": self.payload,
         }
         body["checksum"] = _checksum(body)
-        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        data = _json_bytes(body)
         if cipher is None:
             return data
         envelope = {"format": ENTRY_FORMAT, "version": SCHEMA_VERSION, "encrypted": cipher.encrypt(data).decode()}
@@ -336,10 +346,17 @@ class StepStore:
             self.warn(f"Durable: ignoring cache entry {self.location}{name}: {reason}; that step will run live")
         return loaded
 
+    def encode(self, entry: StepEntry) -> bytes:
+        """The bytes :meth:`write` stores for ``entry`` (encrypted and bound to this task instance)."""
+        return entry.to_bytes(self.cipher, owner=self.owner)
+
     def put(self, entry: StepEntry) -> None:
-        """Write one entry atomically. Raises the storage error; the caller decides what it means."""
-        data = entry.to_bytes(self.cipher, owner=self.owner)
-        path = self._path(entry.name)
+        """Encode and write one entry. Raises the storage error; the caller decides what it means."""
+        self.write(entry.name, self.encode(entry))
+
+    def write(self, name: str, data: bytes) -> None:
+        """Write one encoded entry atomically: a PUT on object stores, temp file + rename on local disks."""
+        path = self._path(name)
         if self.is_local:
             self._put_local(path, data)
         else:
