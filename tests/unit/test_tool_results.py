@@ -17,6 +17,7 @@ import dataclasses
 import decimal
 import enum
 import importlib
+import ipaddress
 import json
 import math
 import os
@@ -25,13 +26,15 @@ import time
 import uuid
 import zoneinfo
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
 import fsspec
+import pendulum
 import pytest
-from pydantic import BaseModel
+from airflow.sdk import timezone as airflow_timezone
+from pydantic import BaseModel, HttpUrl
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
@@ -231,6 +234,33 @@ class Frozen:
     levels: tuple[Level, ...]
 
 
+class Tracked:
+    """A plain base class keeping state in a slot."""
+
+    __slots__ = ("row_count",)
+
+
+@dataclass
+class Page(Tracked):
+    rows: list[int]
+
+    def __post_init__(self) -> None:
+        self.row_count = len(self.rows)
+
+
+class Summary(BaseModel):
+    words: list[str]
+
+    def model_post_init(self, context: Any) -> None:
+        object.__setattr__(self, "word_count", len(self.words))
+
+
+class Endpoint(BaseModel):
+    url: HttpUrl
+    address: ipaddress.IPv4Address
+    spool: Path
+
+
 class Flexible(BaseModel, extra="allow"):
     name: str
     note: str = "default"
@@ -257,6 +287,8 @@ EXACT = {
     "dataclass-nested": lambda: Batch(number=7, items=[Inner(when=WHEN, tags=[]), Inner(when=WHEN, tags=["z"])]),
     "dataclass-post-init-state": lambda: Derived("three little words"),
     "dataclass-frozen-slots": lambda: Frozen(when=WHEN, levels=(Level.HIGH,)),
+    "dataclass-with-a-slot-of-its-base": lambda: Page(rows=[1, 2, 3]),
+    "model-with-post-init-state": lambda: Summary(words=["a", "b"]),
     "tool-return": lambda: ToolReturn(
         return_value="3 pages summarised",
         content=["see the attached file", BinaryContent(data=b"%PDF-1.7", media_type="application/pdf")],
@@ -283,6 +315,18 @@ EXACT = {
     "dict-with-tuple-keys": lambda: {(1, "a"): [b"x"]},
     "list-of-binary-content": lambda: ["caption", BinaryContent(data=b"img", media_type="image/png")],
     "infinity": lambda: [float("inf"), float("-inf"), 1.5],
+    # What Airflow hands tasks: pendulum types and its own UTC zone.
+    "pendulum-datetime": lambda: pendulum.datetime(2026, 11, 22, 4, 30, tz="Europe/Paris"),
+    "pendulum-datetime-fixed-offset": lambda: pendulum.parse("2026-11-22T04:30:00+01:00"),
+    "airflow-utcnow": lambda: airflow_timezone.utcnow(),
+    "pendulum-date-and-duration": lambda: [pendulum.date(2026, 11, 22), pendulum.duration(days=2, hours=3)],
+    "named-fixed-offset": lambda: datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=1), "CET")),
+    "model-with-url-address-path": lambda: Endpoint(
+        url="https://api.example.com/v1", address=ipaddress.IPv4Address("10.0.0.7"), spool=Path("/var/spool")
+    ),
+    "path": lambda: Path("/data/report.csv"),
+    "path-inside-a-list": lambda: ["ok", Path("/data")],
+    "path-inside-a-dataclass": lambda: Batch(number=1, items=[], note=Path("/data")),  # type: ignore[arg-type]
     # What os.listdir() gives for a file name that is not UTF-8: a lone surrogate.
     "lone-surrogate": lambda: os.fsdecode(b"report-\xff.csv"),
 }
@@ -317,9 +361,17 @@ def test_the_model_receives_the_same_result_on_the_retry_for_a_subclass_in_a_typ
     assert outcome.seen_by_model[1] == outcome.seen_by_model[0]
 
 
-def test_post_init_state_comes_back(tmp_path):
-    outcome = twice(tmp_path, EXACT["dataclass-post-init-state"])
-    assert outcome.replayed.words == ["three", "little", "words"]
+@pytest.mark.parametrize(
+    ("case", "attribute", "expected"),
+    [
+        ("dataclass-post-init-state", "words", ["three", "little", "words"]),
+        ("dataclass-with-a-slot-of-its-base", "row_count", 3),
+        ("model-with-post-init-state", "word_count", 2),
+    ],
+)
+def test_state_outside_the_declared_fields_comes_back(tmp_path, case, attribute, expected):
+    outcome = twice(tmp_path, EXACT[case])
+    assert getattr(outcome.replayed, attribute) == expected
 
 
 # --- values that cannot be rebuilt: not cached, with a warning naming the tool ---------------------
@@ -353,11 +405,8 @@ class FixedOffset(tzinfo):
 NOT_CACHED = {
     "class-defined-in-a-function": _local_dataclass,
     "model-defined-in-a-function": _local_model,
-    "path": lambda: Path("/data/report.csv"),
     "datetime-with-a-custom-tzinfo": lambda: datetime(2026, 1, 1, tzinfo=FixedOffset()),
-    "path-inside-a-list": lambda: ["ok", Path("/data")],
     "int-of-5000-digits": lambda: 10**5000,
-    "path-inside-a-dataclass": lambda: Batch(number=1, items=[], note=Path("/data")),  # type: ignore[arg-type]
 }
 
 

@@ -149,16 +149,53 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _encode_datetime(value: dt.datetime | dt.time) -> dict[str, Any]:
-    node: dict[str, Any] = {"type": type(value).__name__, "value": value.isoformat(), "fold": value.fold}
-    zone = value.tzinfo
-    if zone is None or type(zone) is dt.timezone:
-        return node
-    if type(zone) is zoneinfo.ZoneInfo and zone.key:
-        node["value"] = value.replace(tzinfo=None).isoformat()
-        node["zone"] = zone.key
-        return node
-    raise UnsupportedValue(f"a {type(value).__name__} with a {type(zone).__name__} time zone cannot be rebuilt")
+def _encode_zone(zone: dt.tzinfo) -> dict[str, Any]:
+    """A time zone by what rebuilds it: a zone name (``ZoneInfo``, pendulum's ``Timezone``), or an
+    offset and its name (``datetime.timezone``, pendulum's ``FixedTimezone``)."""
+    kind = type(zone)
+    if isinstance(zone, zoneinfo.ZoneInfo) and zone.key:
+        return {"key": zone.key, "class": _class_path(kind)}
+    if kind is dt.timezone:
+        offset = zone.utcoffset(None)
+        assert offset is not None  # a datetime.timezone always has one
+        return {"offset": [offset.days, offset.seconds, offset.microseconds], "name": zone.tzname(None)}
+    offset_seconds, name = getattr(zone, "offset", None), getattr(zone, "name", None)
+    if type(offset_seconds) is int and (name is None or type(name) is str):  # pendulum's FixedTimezone
+        return {"fixed": offset_seconds, "name": name, "class": _class_path(kind)}
+    raise UnsupportedValue(f"a {kind.__name__} time zone cannot be rebuilt")
+
+
+def _encode_clock(value: dt.datetime | dt.time) -> dict[str, Any]:
+    """A ``datetime`` or ``time`` (or a subclass such as pendulum's ``DateTime``): wall clock, fold, zone."""
+    base = "datetime" if isinstance(value, dt.datetime) else "time"
+    node: dict[str, Any] = {"type": base, "value": value.replace(tzinfo=None).isoformat(), "fold": value.fold}
+    if type(value) not in (dt.datetime, dt.time):
+        node["class"] = _class_path(type(value))
+    if value.tzinfo is not None:
+        node["zone"] = _encode_zone(value.tzinfo)
+    return node
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    """A (cached: building one costs milliseconds) TypeAdapter for ``cls``."""
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
+
+
+def _encode_adapted(value: Any) -> dict[str, Any]:
+    """Any other value whose own type pydantic can write as JSON and read back (``Path``, ``HttpUrl``,
+    ``IPv4Address``...); the round-trip check decides whether it came back identical."""
+    cls = type(value)
+    try:
+        data = _adapter(cls).dump_python(value, mode="json")
+    except Exception as error:
+        raise UnsupportedValue(f"a {cls.__name__} cannot be stored as JSON") from error
+    return {"type": "adapted", "class": _class_path(cls), "value": data}
 
 
 def _fields_of(value: Any, names: Any, depth: int) -> dict[str, Any]:
@@ -191,12 +228,14 @@ def _encode(value: Any, depth: int) -> dict[str, Any]:
         return {"type": "dict", "items": [[key, item] for key, item in pairs]}
     if kind is bytes or kind is bytearray:
         return {"type": kind.__name__, "value": _b64(bytes(value))}
-    if kind is dt.datetime or kind is dt.time:
-        return _encode_datetime(value)
-    if kind is dt.date:
-        return {"type": "date", "value": value.isoformat()}
-    if kind is dt.timedelta:
-        return {"type": "timedelta", "value": [value.days, value.seconds, value.microseconds]}
+    if isinstance(value, (dt.datetime, dt.time)):
+        return _encode_clock(value)
+    if isinstance(value, dt.date):
+        return _subclassed({"type": "date", "value": value.isoformat()}, value, dt.date)
+    if isinstance(value, dt.timedelta):
+        return _subclassed(
+            {"type": "timedelta", "value": [value.days, value.seconds, value.microseconds]}, value, dt.timedelta
+        )
     if kind is uuid.UUID:
         return {"type": "uuid", "value": str(value)}
     if kind is decimal.Decimal:
@@ -214,16 +253,41 @@ def _encode(value: Any, depth: int) -> dict[str, Any]:
             node["extra"] = _encode(dict(value.__pydantic_extra__), depth + 1)
         if value.__pydantic_private__ is not None:
             node["private"] = _encode(dict(value.__pydantic_private__), depth + 1)
+        _add_attributes(node, value, _undeclared_state(value, kind.model_fields), depth)
         return node
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = [item.name for item in dataclasses.fields(value)]
         node = {"type": "dataclass", "class": _class_path(kind), "fields": _fields_of(value, names, depth)}
-        # State set outside the declared fields (by __post_init__, say) must come back too.
-        attributes = [name for name in getattr(value, "__dict__", {}) if name not in node["fields"]]
-        if attributes:
-            node["attributes"] = _fields_of(value, attributes, depth)
+        _add_attributes(node, value, _undeclared_state(value, names), depth)
         return node
-    raise UnsupportedValue(f"a {kind.__name__} cannot be stored as JSON")
+    return _encode_adapted(value)
+
+
+def _undeclared_state(value: Any, declared: Any) -> list[str]:
+    """Attributes beyond the declared fields: set by ``__post_init__`` / ``model_post_init``, cached
+    properties, slots declared by a plain base class. They must come back too, or a replay is short."""
+    names = [name for name in getattr(value, "__dict__", {}) if name not in declared]
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot.startswith("__") and not slot.endswith("__"):
+                slot = f"_{cls.__name__.lstrip('_')}{slot}"  # a private slot is stored under its mangled name
+            if slot.startswith("__") or slot in declared or slot in names:
+                continue  # __dict__, __weakref__, pydantic's own slots
+            if hasattr(value, slot):
+                names.append(slot)
+    return names
+
+
+def _add_attributes(node: dict[str, Any], value: Any, names: list[str], depth: int) -> None:
+    if names:
+        node["attributes"] = _fields_of(value, names, depth)
+
+
+def _subclassed(node: dict[str, Any], value: Any, base: type) -> dict[str, Any]:
+    if type(value) is not base:
+        node["class"] = _class_path(type(value))
+    return node
 
 
 # --- decoding ------------------------------------------------------------------------------------
@@ -270,12 +334,36 @@ def _decode_fields(node: dict[str, Any], expected: Any, depth: int) -> dict[str,
     return {name: _decode(item, depth + 1) for name, item in fields.items()}
 
 
-def _decode_datetime(node: dict[str, Any]) -> Any:
-    parse = dt.datetime.fromisoformat if node["type"] == "datetime" else dt.time.fromisoformat
-    value = parse(node["value"])
-    if "zone" in node:
-        value = value.replace(tzinfo=zoneinfo.ZoneInfo(node["zone"]))
-    return value.replace(fold=int(node.get("fold", 0)))
+def _decode_zone(node: dict[str, Any]) -> dt.tzinfo:
+    if "key" in node:
+        cls = _import_class(node["class"], lambda c: issubclass(c, zoneinfo.ZoneInfo), "a ZoneInfo")
+        return cls(node["key"])  # type: ignore[no-any-return]
+    if "offset" in node:
+        days, seconds, microseconds = node["offset"]
+        offset = dt.timedelta(days=days, seconds=seconds, microseconds=microseconds)
+        plain = dt.timezone(offset)
+        return plain if plain.tzname(None) == node["name"] else dt.timezone(offset, node["name"])
+    cls = _import_class(node["class"], lambda c: issubclass(c, dt.tzinfo), "a time zone")
+    return cls(int(node["fixed"]), name=node["name"])  # type: ignore[no-any-return]
+
+
+def _decode_clock(node: dict[str, Any]) -> Any:
+    base = dt.datetime if node["type"] == "datetime" else dt.time
+    value: Any = base.fromisoformat(node["value"])
+    zone = _decode_zone(node["zone"]) if "zone" in node else None
+    fold = int(node.get("fold", 0))
+    if "class" not in node:
+        return value.replace(tzinfo=zone, fold=fold)
+    cls = _import_class(node["class"], lambda c: issubclass(c, base), f"a {base.__name__}")
+    fields = [value.hour, value.minute, value.second, value.microsecond]
+    if base is dt.datetime:
+        fields = [value.year, value.month, value.day, *fields]
+    return cls(*fields, tzinfo=zone, fold=fold)
+
+
+def _decode_subclassed(node: dict[str, Any], base: type, build: Callable[[type], Any]) -> Any:
+    cls = _import_class(node["class"], lambda c: issubclass(c, base), f"a {base.__name__}") if "class" in node else base
+    return build(cls)
 
 
 def _decode(node: Any, depth: int) -> Any:
@@ -297,12 +385,18 @@ def _decode(node: Any, depth: int) -> Any:
     if kind == "float":
         return float(node["value"])
     if kind in ("datetime", "time"):
-        return _decode_datetime(node)
+        return _decode_clock(node)
     if kind == "date":
-        return dt.date.fromisoformat(node["value"])
+        day = dt.date.fromisoformat(node["value"])
+        return _decode_subclassed(node, dt.date, lambda cls: cls(day.year, day.month, day.day))
     if kind == "timedelta":
         days, seconds, microseconds = node["value"]
-        return dt.timedelta(days=days, seconds=seconds, microseconds=microseconds)
+        return _decode_subclassed(
+            node, dt.timedelta, lambda cls: cls(days=days, seconds=seconds, microseconds=microseconds)
+        )
+    if kind == "adapted":
+        cls = _import_class(node["class"], lambda c: True, "a class")
+        return _adapter(cls).validate_python(node["value"])
     if kind == "uuid":
         return uuid.UUID(node["value"])
     if kind == "decimal":
@@ -317,6 +411,8 @@ def _decode(node: Any, depth: int) -> Any:
         extra, private = node.get("extra"), node.get("private")
         object.__setattr__(instance, "__pydantic_extra__", None if extra is None else _decode(extra, depth + 1))
         object.__setattr__(instance, "__pydantic_private__", None if private is None else _decode(private, depth + 1))
+        for name, item in (node.get("attributes") or {}).items():
+            object.__setattr__(instance, name, _decode(item, depth + 1))
         return instance
     if kind == "dataclass":
         cls = _import_class(node["class"], _is_dataclass, "a dataclass")
@@ -352,22 +448,31 @@ def _same(rebuilt: Any, original: Any, depth: int) -> bool:
         # Members are hashable: pair each rebuilt member with the original member it equals.
         members = {member: member for member in original}
         return rebuilt == original and all(_same(member, members[member], depth + 1) for member in rebuilt)
-    if kind is dt.datetime or kind is dt.time:
-        return rebuilt == original and rebuilt.tzinfo == original.tzinfo and rebuilt.fold == original.fold
+    if isinstance(original, (dt.date, dt.time, dt.timedelta)):
+        # Equal instants are not enough: the zone (its type and name), the fold and any subclass state must
+        # come back too, and a subclass's repr shows what its equality may not compare.
+        clock: Any = rebuilt, original  # datetimes and times have a zone and a fold; dates, durations not
+        return (
+            rebuilt == original
+            and repr(rebuilt) == repr(original)
+            and type(getattr(clock[0], "tzinfo", None)) is type(getattr(clock[1], "tzinfo", None))
+            and (getattr(clock[1], "tzinfo", None) is None or clock[0].tzname() == clock[1].tzname())
+            and getattr(clock[0], "fold", 0) == getattr(clock[1], "fold", 0)
+        )
     if isinstance(original, BaseModel):
         names = list(kind.model_fields)
+        extra = _undeclared_state(original, names)
         return (
             rebuilt.model_fields_set == original.model_fields_set
-            and _same_attributes(rebuilt, original, names, depth)
+            and _undeclared_state(rebuilt, names) == extra
+            and _same_attributes(rebuilt, original, names + extra, depth)
             and _same(rebuilt.__pydantic_extra__, original.__pydantic_extra__, depth + 1)
             and _same(rebuilt.__pydantic_private__, original.__pydantic_private__, depth + 1)
         )
     if dataclasses.is_dataclass(original):
         names = [item.name for item in dataclasses.fields(original)]
-        names += [name for name in getattr(original, "__dict__", {}) if name not in names]
-        if set(getattr(rebuilt, "__dict__", {})) != set(getattr(original, "__dict__", {})):
-            return False
-        return _same_attributes(rebuilt, original, names, depth)
+        extra = _undeclared_state(original, names)
+        return _undeclared_state(rebuilt, names) == extra and _same_attributes(rebuilt, original, names + extra, depth)
     return bool(rebuilt == original)
 
 
