@@ -443,20 +443,30 @@ def test_output_function_side_effects_are_replayed_not_repeated(harness, form):
     assert any("output function file_ticket" in line and "replayed" in line for line in log.at("info"))
 
 
-def test_output_function_asking_for_a_retry_replays_the_same_path(harness):
-    calls = {"n": 0}
+@pytest.mark.parametrize("form", ["function", "tool-output", "text-output"])
+def test_output_function_asking_for_a_retry_replays_the_same_path(harness, form):
+    from pydantic_ai import TextOutput, ToolOutput
 
-    def accept(value: int) -> str:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise ModelRetry("try another value")
-        return f"accepted {value}"
+    calls: list[str] = []
 
-    agent: Agent[Any, str] = Agent(TestModel(), output_type=accept)
-    first, _, _ = harness.run(agent, "pick a value")
-    second, run, _ = harness.run(agent, "pick a value")
-    assert second.output == first.output
-    assert calls["n"] == 2, "both calls replayed: the retry and the accepted one"
+    def finish(text: str) -> str:
+        calls.append(text)
+        if text == "draft":
+            raise ModelRetry("not a draft")
+        return f"published {text}"
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        text = "draft" if len(messages) == 1 else "final"
+        if info.output_tools:
+            return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"text": text}, tool_call_id=text)])
+        return ModelResponse(parts=[TextPart(text)])
+
+    output_type: Any = {"function": finish, "tool-output": ToolOutput(finish), "text-output": TextOutput(finish)}[form]
+    agent: Agent[Any, str] = Agent(FunctionModel(model), output_type=output_type)
+    first, _, _ = harness.run(agent, "publish")
+    second, run, _ = harness.run(agent, "publish")
+    assert second.output == first.output == "published final"
+    assert calls == ["draft", "final"], "both calls replayed: the retry and the accepted one"
     assert run.executed.total == 0
 
 

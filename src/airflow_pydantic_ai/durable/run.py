@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from pydantic_ai.exceptions import ModelRetry, ToolFailed
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic import TypeAdapter
+from pydantic_ai.exceptions import ModelRetry, ToolFailed, ToolRetryError
+from pydantic_ai.messages import ModelMessage, ModelResponse, RetryFeedbackPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage, UsageLimits
 
@@ -60,6 +61,7 @@ SUMMARY_TEMPLATE = (
 
 StorageErrors = Literal["warn", "fail"]
 _RAISED_OUTCOMES: dict[str, type[Exception]] = {"ModelRetry": ModelRetry, "ToolFailed": ToolFailed}
+_RETRY_PART: TypeAdapter[RetryFeedbackPart | ToolReturnPart] = TypeAdapter(RetryFeedbackPart | ToolReturnPart)
 
 
 class DurableStorageError(RuntimeError):
@@ -354,6 +356,8 @@ class DurableRun:
                     step.replayed = (decode_value(entry.payload["value"]),)
                 elif outcome in _RAISED_OUTCOMES:
                     step.replayed_error = _RAISED_OUTCOMES[outcome](str(entry.payload["message"]))
+                elif outcome == "ToolRetryError":
+                    step.replayed_error = ToolRetryError(_RETRY_PART.validate_python(entry.payload["part"]))
                 else:
                     raise UnsupportedValue(f"unknown outcome {outcome!r}")
             except Exception as error:  # whatever is wrong with the stored outcome, run the call live
@@ -627,6 +631,14 @@ class ToolStep:
         if self.key is None:
             return
         self._write(step_number, {"outcome": type(error).__name__, "message": error.message})
+
+    def record_retry_signal(self, error: ToolRetryError) -> None:
+        """A retry already in pydantic-ai's own form: stored as the part it sends the model, replayed as is."""
+        step_number = self._finish()
+        if self.key is None:
+            return
+        part = _RETRY_PART.dump_python(error.tool_retry, mode="json")
+        self._write(step_number, {"outcome": "ToolRetryError", "part": part})
 
     def _write(self, step_number: int, payload: dict[str, Any]) -> None:
         assert self.key is not None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic_ai import RunContext
-from pydantic_ai.exceptions import ModelRetry, ToolFailed
+from pydantic_ai.exceptions import ModelRetry, ToolFailed, ToolRetryError
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
@@ -65,6 +65,9 @@ async def recorded(step: ToolStep, call: Awaitable[Any]) -> Any:
         result = await call
     except _RECORDED_ERRORS as error:
         step.record_raise(error)
+        raise
+    except ToolRetryError as error:  # a retry pydantic-ai already wrapped (an output function's, for text output)
+        step.record_retry_signal(error)
         raise
     except BaseException as error:  # it ran (its side effects may have happened) but has no outcome to keep
         step.record_failure(error)
