@@ -604,6 +604,51 @@ def test_replayed_retries_do_not_lift_the_tool_calls_limit(harness):
     assert live == [2], "one live call allowed on the retry (act 1 replayed), and no more"
 
 
+def test_an_answer_from_a_fallback_model_replays_when_the_primary_is_back(harness):
+    """With the ModelFallback capability each model is wrapped on its own. Try 1: the primary is down,
+    the backup answers and a card is charged; the task then fails. Try 2: the primary is back. The
+    recorded step is the backup's answer to that same request, and the card must not be charged again."""
+    from pydantic_ai.capabilities import ModelFallback
+    from pydantic_ai.exceptions import ModelHTTPError
+
+    class TaskFailsLater(Exception):
+        pass
+
+    charges: list[int] = []
+    primary_up = {"value": False}
+
+    def primary(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not primary_up["value"]:
+            raise ModelHTTPError(503, "primary", "overloaded")
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("charge", {"amount": 10}, tool_call_id="from-primary")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    def backup(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("charge", {"amount": 10}, tool_call_id="from-backup")])
+        raise TaskFailsLater("something after the charge failed")
+
+    agent: Agent[Any, str] = Agent(
+        FunctionModel(primary, model_name="primary"),
+        capabilities=[ModelFallback(FunctionModel(backup, model_name="backup"))],
+    )
+
+    @agent.tool_plain
+    def charge(amount: int) -> str:
+        charges.append(amount)
+        return "charged"
+
+    with pytest.raises(TaskFailsLater):
+        harness.run(agent, "charge the card")
+    primary_up["value"] = True
+    result, run, log = harness.run(agent, "charge the card")
+    assert result.output == "done"
+    assert charges == [10], "the card was charged twice"
+    assert (run.replayed.model, run.replayed.tool) == (1, 1)
+    assert not log.at("warning")
+
+
 def test_replayed_steps_do_not_count_against_usage_limits(harness):
     calls: dict[str, int] = {}
     agent = counting_agent(calls)

@@ -133,7 +133,8 @@ class DurableRun:
     _diverged: bool = field(default=False, repr=False)
     _failed_closed: bool = field(default=False, repr=False)
     """A request could not be fingerprinted: nothing after it can ever match, so nothing is looked up or stored."""
-    _last_model_entry: str | None = field(default=None, repr=False)
+    _last_model_entries: list[str] = field(default_factory=list, repr=False)
+    _failed_request: _FailedRequest | None = field(default=None, repr=False)
     _pending_tool_replays: int = field(default=0, repr=False)
     _replayed_tool_returns: int = field(default=0, repr=False)
     """Replayed successful function-tool calls: what pydantic-ai counts in ``usage.tool_calls``."""
@@ -204,8 +205,9 @@ class DurableRun:
         number = self._model_steps
         label = f"{model.system}:{model.model_name}"
         # Only the answer to *this* request can be the one that makes the run fail (see forget_last_model_step).
-        self._last_model_entry = None
+        self._last_model_entries = []
         self._pending_tool_replays = 0
+        failed, self._failed_request = self._failed_request, None
         if self._failed_closed:
             return ModelStep(run=self, number=number, label=label, key=None)
         try:
@@ -217,6 +219,7 @@ class DurableRun:
                 parameters=prepared_parameters,
                 memo=self._digests,
             )
+            conversation = self._digests.conversation(messages)
         except FingerprintError as error:
             self.log.warning(
                 "Durable: model step %d (%s) cannot be fingerprinted (%s); it runs live, is not "
@@ -228,12 +231,29 @@ class DurableRun:
             self._failed_closed = True
             self._diverged = True
             return ModelStep(run=self, number=number, label=label, key=None)
+        lineage, aliases = self._lineage, []
+        if failed is not None and failed.conversation == conversation:
+            # The same conversation asked again right after a request that raised: another try of the same
+            # step (a fallback model, a retrying capability). It takes that step's place in the chain, and
+            # its answer is also stored under the failed requests' keys, so that a retry replays it whichever
+            # model is asked first; the chain continues from the first key, whichever model answered.
+            self._model_steps -= 1
+            number, lineage, aliases = failed.number, failed.lineage, failed.keys
         base = fingerprint.digest
         occurrence = self._occurrences[base]
         self._occurrences[base] += 1
-        key = digest("model-step/v1", base, str(occurrence), self._lineage)
-        self._lineage = key
-        step = ModelStep(run=self, number=number, label=label, key=key, components=fingerprint.components)
+        key = digest("model-step/v1", base, str(occurrence), lineage)
+        self._lineage = aliases[0] if aliases else key
+        step = ModelStep(
+            run=self,
+            number=number,
+            label=label,
+            key=key,
+            components=fingerprint.components,
+            conversation=conversation,
+            lineage=lineage,
+            aliases=aliases,
+        )
         entry = self.entries.get(step.entry_name)
         if entry is not None:
             try:
@@ -427,15 +447,15 @@ class DurableRun:
 
     def forget_last_model_step(self) -> None:
         """Drop the last model answer of this attempt (it made the run fail) so a retry asks again."""
-        if self._last_model_entry is None:
+        if not self._last_model_entries:
             return
-        self.entries.pop(self._last_model_entry, None)
-        try:
-            self.store.remove(self._last_model_entry)
-        except Exception as error:
-            self.log.error(
-                "Durable: could not delete %s%s: %s", self.store.location, self._last_model_entry, _describe(error)
-            )
+        for name in self._last_model_entries:
+            self.entries.pop(name, None)
+            try:
+                self.store.remove(name)
+            except Exception as error:
+                self.log.error("Durable: could not delete %s%s: %s", self.store.location, name, _describe(error))
+                return
         else:
             self.log.info(
                 "Durable: the last model answer made the run fail; it was removed from the cache so a retry asks again"
@@ -488,6 +508,14 @@ class DurableRun:
         return adjusted
 
 
+@dataclass(frozen=True)
+class _FailedRequest:
+    conversation: str
+    number: int
+    lineage: str
+    keys: list[str]
+
+
 @dataclass
 class ModelStep:
     """A model request of a durable run, replayed or live."""
@@ -497,6 +525,10 @@ class ModelStep:
     label: str
     key: str | None
     components: dict[str, Any] = field(default_factory=dict)
+    conversation: str = ""
+    lineage: str = ""
+    aliases: list[str] = field(default_factory=list)
+    """Keys of earlier tries of this step in this attempt that raised (a fallback chain)."""
     replayed: ModelResponse | None = None
     replayed_usage: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
@@ -513,13 +545,18 @@ class ModelStep:
         run.replayed.model += 1
         run.saved_input_tokens += int(self.replayed_usage.get("input_tokens") or 0)
         run.saved_output_tokens += int(self.replayed_usage.get("output_tokens") or 0)
-        run._last_model_entry = self.entry_name
+        run._last_model_entries = [self.entry_name]
         run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
         return self.replayed
 
     def record_failure(self, error: BaseException) -> None:
         """The request was sent but raised: counted as executed, nothing to cache."""
         self.run.executed.model += 1
+        if self.key is not None:
+            # If the same conversation is asked again next (a fallback model), that is this step again.
+            self.run._failed_request = _FailedRequest(
+                self.conversation, self.number, self.lineage, [*self.aliases, self.key]
+            )
         self.run.log.info(
             "Durable: model step %d (%s) failed after %.2f s (%s)",
             self.number,
@@ -559,8 +596,13 @@ class ModelStep:
             components=self.components,
             usage=usage,
         )
-        run._last_model_entry = entry.name
-        run._persist(entry, f"model step {self.number} ({self.label})")
+        what = f"model step {self.number} ({self.label})"
+        run._last_model_entries = [entry.name]
+        run._persist(entry, what)
+        for alias in self.aliases:
+            copy = replace(entry, key=alias)
+            run._last_model_entries.append(copy.name)
+            run._persist(copy, f"{what} (also as the try that failed before it)")
 
 
 @dataclass
@@ -618,7 +660,7 @@ class ToolStep:
         self.run.executed.tool += 1
         # The run fails (if it does) because of this call, not because of the model answer that asked
         # for it: that answer must stay cached, or its other tool calls would happen again.
-        self.run._last_model_entry = None
+        self.run._last_model_entries = []
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and runs again on a retry",
             self.label,
