@@ -309,6 +309,8 @@ class RequestFingerprint:
 
     digest: str
     components: dict[str, Any]
+    conversation: str = ""
+    """The digest of the conversation the request carries (what :meth:`MessageDigests.conversation` gives)."""
 
 
 def _settings_json(settings: Mapping[str, Any] | None) -> Any:
@@ -378,7 +380,7 @@ def fingerprint_request(
         chain.full,
         canonical_json({key: value for key, value in components.items() if key != "message_count"}),
     )
-    return RequestFingerprint(digest=overall, components=components)
+    return RequestFingerprint(digest=overall, components=components, conversation=chain.full)
 
 
 def changed_components(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

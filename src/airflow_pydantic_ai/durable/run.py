@@ -219,7 +219,6 @@ class DurableRun:
                 parameters=prepared_parameters,
                 memo=self._digests,
             )
-            conversation = self._digests.conversation(messages)
         except FingerprintError as error:
             self.log.warning(
                 "Durable: model step %d (%s) cannot be fingerprinted (%s); it runs live, is not "
@@ -232,6 +231,7 @@ class DurableRun:
             self._diverged = True
             return ModelStep(run=self, number=number, label=label, key=None)
         lineage, aliases = self._lineage, []
+        conversation = fingerprint.conversation
         if failed is not None and failed.conversation == conversation:
             # The same conversation asked again right after a request that raised: another try of the same
             # step (a fallback model, a retrying capability). It takes that step's place in the chain, and
