@@ -356,13 +356,15 @@ class StepStore:
 
     def write(self, name: str, data: bytes) -> None:
         """Write one encoded entry atomically: a PUT on object stores, temp file + rename on local disks."""
-        path = self._path(name)
+        self._put(self._path(name), data)
+        self.bytes_written += len(data)
+        self.objects_written += 1
+
+    def _put(self, path: str, data: bytes) -> None:
         if self.is_local:
             self._put_local(path, data)
         else:
             self._request("pipe_file", path, data)
-        self.bytes_written += len(data)
-        self.objects_written += 1
 
     def _put_local(self, path: str, data: bytes) -> None:
         directory = os.path.dirname(path)
@@ -384,10 +386,7 @@ class StepStore:
         """Write and delete a small object under the prefix: proves the cache is writable before any step runs."""
         name = f".probe-{uuid.uuid4().hex}.tmp"  # names starting with "." are never loaded
         path = self._path(name)
-        if self.is_local:
-            self._put_local(path, b"probe")
-        else:
-            self._request("pipe_file", path, b"probe")
+        self._put(path, b"probe")
         self._request("rm_file", path)
 
     def remove(self, name: str) -> None:
