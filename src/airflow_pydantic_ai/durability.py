@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.codec import iter_text
+from airflow_pydantic_ai.durable.run import describe_error
 from airflow_pydantic_ai.durable.store import make_private_folders
 
 __all__ = [
@@ -156,7 +157,7 @@ def _check_writable(store: StepStore, storage_errors: str, log: Any) -> bool:
     try:
         store.probe()
     except Exception as error:
-        described = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        described = describe_error(error)
         if _is_configuration_error(error):
             raise DurableConfigError(
                 f"durable_cache_path: cannot write to {store.location} ({described}). The workers need list, get, "

@@ -49,6 +49,7 @@ __all__ = [
     "ModelStep",
     "StepCounts",
     "ToolStep",
+    "describe_error",
     "empty_summary",
     "format_summary",
 ]
@@ -168,13 +169,13 @@ class DurableRun:
         except Exception as error:
             if storage_errors == "fail":
                 raise DurableStorageError(
-                    f"could not read the durable cache at {store.location}: {_describe(error)}. Fix the storage, "
+                    f"could not read the durable cache at {store.location}: {describe_error(error)}. Fix the storage, "
                     "or set [pydantic_ai] durable_storage_errors = warn to run on without it."
                 ) from error
             log.error(
                 "Durable: could not read the cache at %s (%s); this attempt runs every step live",
                 store.location,
-                _describe(error),
+                describe_error(error),
             )
             return run
         run.entries = loaded.entries
@@ -415,23 +416,26 @@ class DurableRun:
             data = self.store.encode(entry)
         except (ValueError, TypeError, RecursionError) as error:  # the value, not the storage, is at fault
             self.not_persisted += 1
-            self.log.warning("Durable: %s is not cached: it cannot be written as JSON (%s)", what, _describe(error))
+            self.log.warning(
+                "Durable: %s is not cached: it cannot be written as JSON (%s)", what, describe_error(error)
+            )
             return
         try:
             self.store.write(entry.name, data)
         except Exception as error:
             self.not_persisted += 1
             self.log.error(
-                "Durable: could not store %s at %s%s: %s", what, self.store.location, entry.name, _describe(error)
+                "Durable: could not store %s at %s%s: %s", what, self.store.location, entry.name, describe_error(error)
             )
             if self.storage_errors == "fail":
                 raise DurableStorageError(
-                    f"could not store {what} in the durable cache at {self.store.location}: {_describe(error)}. "
+                    f"could not store {what} in the durable cache at {self.store.location}: {describe_error(error)}. "
                     "Fix the storage, or set [pydantic_ai] durable_storage_errors = warn to run on without it."
                 ) from error
             self._failed_writes_in_a_row += 1
             if self._failed_writes_in_a_row >= 2:
-                self._storage_unreachable(f"{self._failed_writes_in_a_row} writes failed in a row: {_describe(error)}")
+                failed = self._failed_writes_in_a_row
+                self._storage_unreachable(f"{failed} writes failed in a row: {describe_error(error)}")
         else:
             self._failed_writes_in_a_row = 0
 
@@ -454,7 +458,7 @@ class DurableRun:
             try:
                 self.store.remove(name)
             except Exception as error:
-                self.log.error("Durable: could not delete %s%s: %s", self.store.location, name, _describe(error))
+                self.log.error("Durable: could not delete %s%s: %s", self.store.location, name, describe_error(error))
                 return
         else:
             self.log.info(
@@ -492,7 +496,7 @@ class DurableRun:
                 "Durable: task succeeded but its cache at %s could not be deleted (%s); delete it by hand, "
                 "or let a bucket lifecycle rule expire it",
                 self.store.location,
-                _describe(error),
+                describe_error(error),
             )
             return
         self.log.info("Durable: task succeeded; deleted the cache at %s", self.store.location)
@@ -695,7 +699,7 @@ class ToolStep:
         self.run._persist(entry, self.label)
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
     """An error for a log line: a timeout's message is often empty."""
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
