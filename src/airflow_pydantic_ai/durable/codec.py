@@ -334,6 +334,11 @@ def _decode_fields(node: dict[str, Any], expected: Any, depth: int) -> dict[str,
     return {name: _decode(item, depth + 1) for name, item in fields.items()}
 
 
+def _decode_attributes(node: dict[str, Any], depth: int) -> dict[str, Any]:
+    """The state stored beside the declared fields (see ``_undeclared_state``)."""
+    return {name: _decode(item, depth + 1) for name, item in (node.get("attributes") or {}).items()}
+
+
 def _decode_zone(node: dict[str, Any]) -> dt.tzinfo:
     if "key" in node:
         cls = _import_class(node["class"], lambda c: issubclass(c, zoneinfo.ZoneInfo), "a ZoneInfo")
@@ -411,15 +416,13 @@ def _decode(node: Any, depth: int) -> Any:
         extra, private = node.get("extra"), node.get("private")
         object.__setattr__(instance, "__pydantic_extra__", None if extra is None else _decode(extra, depth + 1))
         object.__setattr__(instance, "__pydantic_private__", None if private is None else _decode(private, depth + 1))
-        for name, item in (node.get("attributes") or {}).items():
-            object.__setattr__(instance, name, _decode(item, depth + 1))
+        for name, item in _decode_attributes(node, depth).items():
+            object.__setattr__(instance, name, item)
         return instance
     if kind == "dataclass":
         cls = _import_class(node["class"], _is_dataclass, "a dataclass")
         names = [item.name for item in dataclasses.fields(cls)]
-        attributes = node.get("attributes") or {}
-        state = {name: _decode(item, depth + 1) for name, item in attributes.items()}
-        return _rebuilt(cls, {**_decode_fields(node, names, depth), **state})
+        return _rebuilt(cls, {**_decode_fields(node, names, depth), **_decode_attributes(node, depth)})
     raise UnsupportedValue(f"unknown stored value type {kind!r}")
 
 

@@ -352,11 +352,12 @@ class DurableRun:
         messages: Sequence[ModelMessage],
     ) -> ToolStep:
         label = f"{kind} {name} (call {tool_call_id})" if tool_call_id else f"{kind} {name}"
+        is_tool = kind == "tool"
         if self._failed_closed:
-            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=kind == "tool")
+            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=is_tool)
         try:
             base = fingerprint_tool_call(
-                tool_name=name if kind == "tool" else f"{kind}:{name}",
+                tool_name=name if is_tool else f"{kind}:{name}",
                 raw_arguments=raw_arguments,
                 tool_call_id=tool_call_id,
                 conversation=self._digests.conversation(messages),
@@ -364,11 +365,11 @@ class DurableRun:
             )
         except FingerprintError as error:
             self.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
-            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=kind == "tool")
+            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=is_tool)
         occurrence = self._occurrences[base]
         self._occurrences[base] += 1
         key = digest("tool-step/v1", base, str(occurrence))
-        step = ToolStep(run=self, label=label, tool_name=name, key=key, is_tool=kind == "tool")
+        step = ToolStep(run=self, label=label, tool_name=name, key=key, is_tool=is_tool)
         entry = self.entries.get(step.entry_name)
         if entry is not None:
             outcome = entry.payload.get("outcome")
