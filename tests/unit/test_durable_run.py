@@ -68,9 +68,13 @@ class Harness:
         return DurableRun.open(self.store(log), attempt=self.attempt, log=log), log
 
     def run(self, agent: Agent[Any, Any], prompt: str, **kwargs: Any) -> tuple[Any, DurableRun, RecordingLog]:
+        """One attempt, as AgentOperator makes it: an answer that ends in UnexpectedModelBehavior is forgotten."""
         run, log = self.open()
         try:
             result = agent.run_sync(prompt, capabilities=[DurableCapability(run)], **kwargs)
+        except UnexpectedModelBehavior:
+            run.forget_last_model_step()
+            raise
         finally:
             run.log_summary()
         return result, run, log
@@ -356,13 +360,8 @@ def test_unexpected_model_behavior_answer_is_not_replayed(harness):
         value: int
 
     agent: Agent[Any, Out] = Agent(FunctionModel(stubborn), output_type=Out, retries=1)
-    run, _ = harness.open()
     with pytest.raises(UnexpectedModelBehavior):
-        try:
-            agent.run_sync("go", capabilities=[DurableCapability(run)])
-        except UnexpectedModelBehavior:
-            run.forget_last_model_step()
-            raise
+        harness.run(agent, "go")
     live_first = answers["n"]
     run2, _ = harness.open()
     with pytest.raises(UnexpectedModelBehavior):
@@ -393,13 +392,8 @@ def test_a_provider_error_raised_as_unexpected_model_behavior_keeps_the_earlier_
         payments["n"] += 1
         return f"invoice {invoice} paid"
 
-    run, _ = harness.open()
     with pytest.raises(UnexpectedModelBehavior):
-        try:
-            agent.run_sync("pay invoice 7", capabilities=[DurableCapability(run)])
-        except UnexpectedModelBehavior:
-            run.forget_last_model_step()
-            raise
+        harness.run(agent, "pay invoice 7")
     result, run2, _ = harness.run(agent, "pay invoice 7")
     assert result.output == "paid"
     assert payments["n"] == 1, "the invoice was paid twice"
@@ -549,13 +543,8 @@ def test_a_tool_failing_with_unexpected_model_behavior_keeps_the_answer_that_cal
             raise UnexpectedModelBehavior("the expert sub-agent exceeded its retries")
         return "because"
 
-    run, _ = harness.open()
     with pytest.raises(UnexpectedModelBehavior):
-        try:
-            agent.run_sync("email bob and ask why", capabilities=[DurableCapability(run)])
-        except UnexpectedModelBehavior:
-            run.forget_last_model_step()  # what AgentOperator does
-            raise
+        harness.run(agent, "email bob and ask why")
     result, run2, _ = harness.run(agent, "email bob and ask why")
     assert result.output == "done"
     assert emails == ["bob"], "the email went out twice"
