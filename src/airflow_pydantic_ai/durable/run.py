@@ -354,7 +354,7 @@ class DurableRun:
         label = f"{kind} {name} (call {tool_call_id})" if tool_call_id else f"{kind} {name}"
         is_tool = kind == "tool"
         if self._failed_closed:
-            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=is_tool)
+            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=is_tool, call_id=tool_call_id)
         try:
             base = fingerprint_tool_call(
                 tool_name=name if is_tool else f"{kind}:{name}",
@@ -365,11 +365,11 @@ class DurableRun:
             )
         except FingerprintError as error:
             self.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
-            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=is_tool)
+            return ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=is_tool, call_id=tool_call_id)
         occurrence = self._occurrences[base]
         self._occurrences[base] += 1
         key = digest("tool-step/v1", base, str(occurrence))
-        step = ToolStep(run=self, label=label, tool_name=name, key=key, is_tool=is_tool)
+        step = ToolStep(run=self, label=label, tool_name=name, key=key, is_tool=is_tool, call_id=tool_call_id)
         entry = self.entries.get(step.entry_name)
         if entry is not None:
             outcome = entry.payload.get("outcome")
@@ -600,6 +600,7 @@ class ModelStep:
             payload={"response": encode_response(response)},
             components=self.components,
             usage=usage,
+            recorded_at=time.time(),
         )
         what = f"model step {self.number} ({self.label})"
         run._last_model_entries = [entry.name]
@@ -620,6 +621,7 @@ class ToolStep:
     key: str | None
     is_tool: bool = True
     """A function tool (False: an output function, which pydantic-ai does not count as a tool call)."""
+    call_id: str | None = None
     replayed: tuple[Any] | None = None
     replayed_error: Exception | None = None
     started: float = field(default_factory=time.monotonic)
@@ -696,6 +698,9 @@ class ToolStep:
             attempt=self.run.attempt,
             label=self.tool_name,
             payload=payload,
+            call_id=self.call_id,
+            role="tool" if self.is_tool else "output",
+            recorded_at=time.time(),
         )
         self.run._persist(entry, self.label)
 

@@ -41,6 +41,9 @@ SCHEMA_VERSION = 1
 _SAFE_CHARACTERS = "-_.:+~@=,"
 
 StepKind = Literal["model", "tool"]
+StepRole = Literal["model", "tool", "output"]
+"""What a step is to a person: a model request, a tool call, or a call of an output function
+(stored with kind ``tool``, so that entry names stay as they were)."""
 
 
 class CorruptEntry(ValueError):
@@ -154,10 +157,20 @@ class StepEntry:
     payload: dict[str, Any]
     components: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
+    call_id: str | None = None
+    """The model's tool call id, for a tool or output function call (shown by the read side)."""
+    role: StepRole | None = None
+    """None: the kind's own role (entries written before 0.2.0 have no role)."""
+    recorded_at: float | None = None
+    """When the entry was written, in seconds since the epoch (None in entries written before 0.2.0)."""
 
     @property
     def name(self) -> str:
         return f"{self.kind}-{self.key}.json"
+
+    @property
+    def step_role(self) -> StepRole:
+        return self.role or self.kind
 
     def to_bytes(self, cipher: Cipher | None = None, *, owner: list[Any] | None = None) -> bytes:
         """The stored form; ``owner`` (the task instance's identity) binds the entry to its prefix."""
@@ -172,6 +185,9 @@ class StepEntry:
             "label": self.label,
             "components": self.components,
             "usage": self.usage,
+            "call_id": self.call_id,
+            "role": self.role,
+            "recorded_at": self.recorded_at,
             "payload": self.payload,
         }
         body["checksum"] = _checksum(body)
@@ -229,11 +245,16 @@ class StepEntry:
                 payload=dict(body["payload"]),
                 components=dict(body.get("components") or {}),
                 usage=dict(body.get("usage") or {}),
+                call_id=None if body.get("call_id") is None else str(body["call_id"]),
+                role=body.get("role"),
+                recorded_at=None if body.get("recorded_at") is None else float(body["recorded_at"]),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptEntry(f"a field is missing or malformed: {error}") from None
         if entry.kind not in ("model", "tool") or entry.name != name:
             raise CorruptEntry("its kind or key does not match its name")
+        if entry.role not in (None, "model", "tool", "output"):
+            raise CorruptEntry(f"its role {entry.role!r} is unknown")
         if owner is not None and body.get("owner") != owner:
             # Keys are content digests, so the same prompt in another dag run gives the same names: an
             # entry copied from another task instance's prefix must not replay here.

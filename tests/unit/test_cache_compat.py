@@ -1,0 +1,57 @@
+"""A cache written by release 0.1.0 (entries in ``tests/fixtures/cache_0_1_0``) replays with today's code."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from tests.helpers.cache_fixture import FIXTURE, IDENTITY, Triage, fixture_agent
+
+from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore
+
+
+class RecordingLog:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def _add(self, level: str, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.lines.append((level, msg % args if args else msg))
+
+    def info(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._add("info", msg, *args)
+
+    def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._add("warning", msg, *args)
+
+    def error(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._add("error", msg, *args)
+
+    def debug(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._add("debug", msg, *args)
+
+
+def copy_fixture(base: Path) -> None:
+    shutil.copytree(FIXTURE / "fixture_dag", base / "fixture_dag")
+
+
+def test_cache_written_by_0_1_0_replays_every_step(tmp_path: Path) -> None:
+    copy_fixture(tmp_path)
+    log = RecordingLog()
+    store = StepStore.for_task(
+        fsspec.filesystem("file"), str(tmp_path), f"file://{tmp_path}", IDENTITY, warn=log.warning
+    )
+    run = DurableRun.open(store, attempt=2, log=log)
+    calls: list[str] = []
+
+    result = fixture_agent(calls).run_sync("triage", capabilities=[DurableCapability(run)])
+    run.log_summary()
+
+    assert calls == [], log.lines  # no tool and no output function ran again
+    assert result.output == Triage(priority=0, summary="a")
+    assert (
+        "info",
+        "Durable: replayed 7 cached steps (3 model, 4 tool), executed 0 new steps (0 model, 0 tool)",
+    ) in log.lines
+    assert not [line for level, line in log.lines if level in ("warning", "error")]
