@@ -13,6 +13,7 @@ stores). An entry that is torn, garbled, foreign, or of a future format is skipp
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import json
 import os
@@ -30,10 +31,12 @@ __all__ = [
     "Cipher",
     "CorruptEntry",
     "LoadedCache",
+    "SealedEntry",
     "StepEntry",
     "StepStore",
     "TaskIdentity",
     "make_private_folders",
+    "modified_time",
 ]
 
 ENTRY_FORMAT = "airflow-pydantic-ai/step"
@@ -48,6 +51,10 @@ StepRole = Literal["model", "tool", "output"]
 
 class CorruptEntry(ValueError):
     """A stored entry that must not be replayed; the message says why."""
+
+
+class SealedEntry(CorruptEntry):
+    """An encrypted entry read without the key (``durable_encrypt`` is off here)."""
 
 
 class Cipher(Protocol):
@@ -114,6 +121,30 @@ def make_private_folders(path: str) -> None:
     for folder in reversed(missing):
         with contextlib.suppress(FileExistsError):  # another try created it meanwhile
             os.mkdir(folder, 0o700)
+
+
+def _is_entry_name(name: str) -> bool:
+    """Entries are ``{kind}-{key}.json``; temporary files and probes start with a dot."""
+    return name.endswith(".json") and not name.startswith(".")
+
+
+def modified_time(info: dict[str, Any]) -> dt.datetime | None:
+    """The modification time in an fsspec listing row (``mtime`` on local disks, ``LastModified`` on S3...)."""
+    for key in ("LastModified", "last_modified", "mtime", "updated", "modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, dt.datetime):
+            return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        if isinstance(value, (int, float)):
+            return dt.datetime.fromtimestamp(float(value), tz=dt.UTC)
+        if isinstance(value, str):
+            try:
+                parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    return None
 
 
 def _parse(data: bytes) -> dict[str, Any]:
@@ -218,7 +249,7 @@ class StepEntry:
         body = _parse(data)
         if "encrypted" in body:
             if cipher is None:
-                raise CorruptEntry("it is encrypted, but [pydantic_ai] durable_encrypt is off")
+                raise SealedEntry("it is encrypted, but [pydantic_ai] durable_encrypt is off")
             try:
                 body = _parse(cipher.decrypt(str(body["encrypted"]).encode()))
             except CorruptEntry:
@@ -366,6 +397,37 @@ class StepStore:
         for name, reason in loaded.skipped.items():
             self.warn(f"Durable: ignoring cache entry {self.location}{name}: {reason}; that step will run live")
         return loaded
+
+    def list_entries(self) -> dict[str, tuple[int, dt.datetime | None]]:
+        """Entry name -> (bytes stored, last modified in UTC), from one listing of the prefix (no GET)."""
+        invalidate = getattr(self.fs, "invalidate_cache", None)
+        if invalidate is not None:
+            invalidate(self.root)
+        try:
+            listing = self._request("ls", self.root, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        found: dict[str, tuple[int, dt.datetime | None]] = {}
+        for info in listing:
+            name = str(info.get("name", "")).rsplit("/", 1)[-1]
+            if info.get("type") == "directory" or not _is_entry_name(name):
+                continue
+            found[name] = (int(info.get("size") or 0), modified_time(info))
+        return found
+
+    def read_entries(self, names: list[str]) -> dict[str, bytes | BaseException]:
+        """The bytes of ``names`` (fetched concurrently on object stores); an unreadable one maps to its error."""
+        if not names:
+            return {}
+        paths = [self._path(name) for name in names]
+        contents = self._request("cat", paths, on_error="return", requests=1 + len(paths) // 32)
+        if not isinstance(contents, dict):  # a single path comes back as bytes
+            contents = {paths[0]: contents}
+        return {str(path).rsplit("/", 1)[-1]: data for path, data in contents.items()}
+
+    def decode(self, name: str, data: bytes) -> StepEntry:
+        """Parse and verify the stored bytes of entry ``name``; raises :class:`CorruptEntry` with the reason."""
+        return StepEntry.from_bytes(data, name=name, cipher=self.cipher, owner=self.owner)
 
     def encode(self, entry: StepEntry) -> bytes:
         """The bytes :meth:`write` stores for ``entry`` (encrypted and bound to this task instance)."""

@@ -1,0 +1,207 @@
+"""The read side of a task instance's cache: its steps in recorded order, one step decoded, deletion.
+
+What people use to look at a cache (the ``airflow pydantic-ai cache`` commands, the UI view, tests)
+goes through :class:`CacheReader`; nobody parses entry names or JSON by hand.
+
+Numbering: the steps are numbered from 1 in the order they were recorded: by the model step they
+belong to (a tool call belongs to the model answer that asked for it), the model answer first, then
+its tool and output function calls by the time they were written. The same numbering drives
+:meth:`CacheReader.delete_from`: deleting step N and everything after it makes the next try replay
+steps 1..N-1 and run live from step N ("fork at step N").
+
+Guarantees: reading never changes the cache; a damaged entry is listed as damaged (never a traceback)
+and is still deleted by :meth:`~CacheReader.delete_all` and :meth:`~CacheReader.delete_from`; an
+encrypted entry is decoded only with the key (without it, it is listed as encrypted); nothing is
+deleted outside the task instance's prefix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from airflow_pydantic_ai.durable.store import CorruptEntry, SealedEntry, StepEntry, StepStore
+
+__all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
+
+StepKindShown = Literal["model", "tool", "output", "damaged", "encrypted"]
+_ROLE_ORDER = {"model": 0, "tool": 1, "output": 1}
+_DEFAULT_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One step of a cache, as a person sees it."""
+
+    number: int
+    """1-based position in recorded order (the numbering of ``cache show`` and ``cache rm --from-step``)."""
+    kind: StepKindShown
+    name: str
+    """The model id (``openai:gpt-4o``), or the tool or output function name; empty when unreadable."""
+    call_id: str | None
+    attempt: int | None
+    """The try that wrote it."""
+    recorded_at: dt.datetime | None
+    """When it was written (UTC): from the entry, or the object's modification time for older entries."""
+    size: int
+    """Bytes stored."""
+    entry_name: str
+    problem: str = ""
+    """Why a damaged or encrypted entry cannot be shown."""
+
+    def as_row(self) -> dict[str, Any]:
+        """The step as a flat dict (the columns of ``cache show``)."""
+        return {
+            "step": self.number,
+            "kind": self.kind,
+            "name": self.name,
+            "call_id": self.call_id or "",
+            "attempt": self.attempt,
+            "recorded_at": self.recorded_at.isoformat() if self.recorded_at else "",
+            "bytes": self.size,
+        }
+
+
+@dataclass(frozen=True)
+class StepDetail:
+    """One step decoded: its metadata and the stored content (the response parts, or the tool outcome)."""
+
+    info: StepInfo
+    content: Any
+    """JSON data: ``{"parts": [...], "usage": {...}}`` for a model step, ``{"outcome": ..., ...}`` for a call."""
+
+    def render(self, *, limit: int | None = _DEFAULT_LIMIT, redact: Callable[[str], str] | None = None) -> str:
+        """The content as indented JSON, secrets masked by ``redact``, cut at ``limit`` characters (None: whole)."""
+        text = json.dumps(self.content, indent=2, ensure_ascii=False, default=str)
+        if redact is not None:
+            text = redact(text)
+        if limit is not None and len(text) > limit:
+            text = f"{text[:limit]}\n... ({len(text) - limit} more characters; show the whole step with --full)"
+        return text
+
+
+@dataclass
+class _Listed:
+    name: str
+    size: int
+    modified: dt.datetime | None
+
+
+@dataclass
+class CacheReader:
+    """Reads (and deletes) one task instance's cache through its :class:`StepStore`."""
+
+    store: StepStore
+
+    def exists(self) -> bool:
+        """Whether the task instance has anything recorded."""
+        return bool(self._listing())
+
+    def steps(self) -> list[StepInfo]:
+        """Every entry, numbered in recorded order; damaged and undecryptable entries come last."""
+        return [info for info, _ in self._read()]
+
+    def read(self, number: int) -> StepDetail:
+        """Step ``number`` decoded; raises ``KeyError`` when there is no such step."""
+        for info, entry in self._read():
+            if info.number != number:
+                continue
+            if entry is None:
+                return StepDetail(info, {"problem": info.problem})
+            return StepDetail(info, _content(entry))
+        raise KeyError(f"no step {number} in the durable cache at {self.store.location}")
+
+    def delete_all(self) -> int:
+        """Delete the whole cache; returns how many entries it held."""
+        count = len(self._listing())
+        self.store.clear()
+        return count
+
+    def delete_from(self, number: int) -> list[StepInfo]:
+        """Delete step ``number`` and every step after it, newest first; returns what was deleted."""
+        if number < 1:
+            raise ValueError(f"steps are numbered from 1, got {number}")
+        doomed = [info for info in self.steps() if info.number >= number]
+        for info in reversed(doomed):
+            self.store.remove(info.entry_name)
+        return doomed
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def _listing(self) -> list[_Listed]:
+        return [_Listed(name, size, modified) for name, (size, modified) in sorted(self.store.list_entries().items())]
+
+    def _read(self) -> list[tuple[StepInfo, StepEntry | None]]:
+        listed = {item.name: item for item in self._listing()}
+        contents = self.store.read_entries(list(listed))
+        readable: list[tuple[tuple[Any, ...], _Listed, StepEntry]] = []
+        unreadable: list[tuple[_Listed, StepKindShown, str]] = []
+        for name, item in listed.items():
+            data = contents.get(name)
+            if isinstance(data, BaseException) or data is None:
+                unreadable.append((item, "damaged", f"it could not be read: {data}"))
+                continue
+            try:
+                entry = self.store.decode(name, data)
+            except CorruptEntry as error:
+                kind: StepKindShown = "encrypted" if isinstance(error, SealedEntry) else "damaged"
+                unreadable.append((item, kind, str(error)))
+                continue
+            recorded = _timestamp(entry.recorded_at) or item.modified
+            order = (entry.step, _ROLE_ORDER.get(entry.step_role, 2), recorded or _EPOCH, name)
+            readable.append((order, item, entry))
+        readable.sort(key=lambda row: row[0])
+        result: list[tuple[StepInfo, StepEntry | None]] = []
+        for order, item, entry in readable:
+            info = StepInfo(
+                number=len(result) + 1,
+                kind=entry.step_role,
+                name=entry.label,
+                call_id=entry.call_id,
+                attempt=entry.attempt,
+                recorded_at=order[2] if order[2] is not _EPOCH else None,
+                size=item.size,
+                entry_name=item.name,
+            )
+            result.append((info, entry))
+        for item, kind, problem in unreadable:
+            info = StepInfo(
+                number=len(result) + 1,
+                kind=kind,
+                name="",
+                call_id=None,
+                attempt=None,
+                recorded_at=item.modified,
+                size=item.size,
+                entry_name=item.name,
+                problem=problem,
+            )
+            result.append((info, None))
+        return result
+
+
+_EPOCH = dt.datetime.fromtimestamp(0, tz=dt.UTC)
+
+
+def _timestamp(seconds: float | None) -> dt.datetime | None:
+    if seconds is None:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _content(entry: StepEntry) -> Any:
+    if entry.kind == "model":
+        response = entry.payload.get("response") or {}
+        return {
+            "parts": response.get("parts", []),
+            "model_name": response.get("model_name"),
+            "finish_reason": response.get("finish_reason"),
+            "usage": entry.usage,
+        }
+    return entry.payload

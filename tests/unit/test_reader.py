@@ -1,0 +1,185 @@
+"""The read side of a cache: steps in recorded order, one step decoded, delete all, delete from step N."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.models.test import TestModel
+from tests.helpers.cache_fixture import FIXTURE, IDENTITY, fixture_agent
+
+from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable.reader import CacheReader
+
+
+class QuietLog:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def _add(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    info = warning = error = debug = _add
+
+
+def store_for(base: Path, identity: TaskIdentity = IDENTITY, log: QuietLog | None = None) -> StepStore:
+    warn = log.warning if log is not None else (lambda message: None)
+    return StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", identity, warn=warn)
+
+
+def run_attempt(base: Path, attempt: int, calls: list[str]) -> tuple[Any, QuietLog]:
+    log = QuietLog()
+    run = DurableRun.open(store_for(base, log=log), attempt=attempt, log=log)
+    try:
+        result = fixture_agent(calls).run_sync("triage", capabilities=[DurableCapability(run)])
+    finally:
+        run.log_summary()
+    return result, log
+
+
+def summary(log: QuietLog) -> str:
+    return next(line for line in log.lines if line.startswith("Durable: replayed"))
+
+
+def test_steps_of_a_cache_written_by_0_1_0_in_recorded_order(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURE / "fixture_dag", tmp_path / "fixture_dag")
+
+    steps = CacheReader(store_for(tmp_path)).steps()
+
+    # Entries of 0.1.0 carry no role, call id or time: an output function shows as a tool call.
+    assert [step.kind for step in steps] == ["model", "tool", "tool", "model", "tool", "model", "tool"]
+    assert [step.number for step in steps] == list(range(1, 8))
+    assert {steps[1].name, steps[2].name} == {"fetch_ticket", "flaky_lookup"}
+    assert [steps[4].name, steps[6].name] == ["flaky_lookup", "file_triage"]
+    assert all(step.name == "test:test" for step in steps if step.kind == "model")
+    assert all(step.attempt == 1 and step.recorded_at is not None and step.size > 0 for step in steps)
+
+
+def test_steps_show_kind_name_call_id_and_attempt_of_new_entries(tmp_path: Path) -> None:
+    run_attempt(tmp_path, 1, ["flaky_lookup"])  # flaky_lookup has failed once already: no ModelRetry
+
+    steps = CacheReader(store_for(tmp_path)).steps()
+
+    assert [(step.kind, step.name) for step in steps] == [
+        ("model", "test:test"),
+        ("tool", "fetch_ticket"),
+        ("tool", "flaky_lookup"),
+        ("model", "test:test"),
+        ("output", "file_triage"),
+    ]
+    assert steps[1].call_id == "pyd_ai_tool_call_id__fetch_ticket"
+    assert steps[4].call_id == "pyd_ai_tool_call_id__final_result"
+    assert steps[0].call_id is None
+    times = [step.recorded_at for step in steps]
+    assert all(time is not None for time in times)
+    assert times == sorted(times)  # type: ignore[type-var]
+    assert steps[0].as_row().keys() == {"step", "kind", "name", "call_id", "attempt", "recorded_at", "bytes"}
+
+
+def test_read_decodes_a_model_answer_and_a_tool_result(tmp_path: Path) -> None:
+    run_attempt(tmp_path, 1, ["flaky_lookup"])
+    reader = CacheReader(store_for(tmp_path))
+
+    model = reader.read(1)
+    tool = reader.read(2)
+
+    assert model.info.kind == "model"
+    assert [part["part_kind"] for part in model.content["parts"]] == ["tool-call", "tool-call"]
+    assert tool.content["outcome"] == "return"
+    assert "Printer on fire" in tool.render()
+    with pytest.raises(KeyError, match="no step 9"):
+        reader.read(9)
+
+
+def test_render_truncates_and_masks() -> None:
+    from airflow_pydantic_ai.durable.reader import StepDetail, StepInfo
+
+    info = StepInfo(1, "tool", "t", "c", 1, None, 10, "tool-x.json")
+    detail = StepDetail(info, {"outcome": "return", "value": "hunter2 " + "x" * 10_000})
+
+    text = detail.render(limit=100, redact=lambda s: s.replace("hunter2", "***"))
+
+    assert "hunter2" not in text and "***" in text
+    assert "more characters; show the whole step with --full" in text
+    assert len(detail.render(limit=None)) > 10_000
+
+
+def test_delete_from_step_n_makes_the_next_try_replay_steps_before_it(tmp_path: Path) -> None:
+    run_attempt(tmp_path, 1, ["flaky_lookup"])
+    reader = CacheReader(store_for(tmp_path))
+    assert len(reader.steps()) == 5
+
+    deleted = reader.delete_from(4)  # the second model answer and the output function call
+
+    assert [step.number for step in deleted] == [4, 5]
+    assert len(reader.steps()) == 3
+    calls = ["flaky_lookup"]
+    _, log = run_attempt(tmp_path, 2, calls)
+    assert summary(log) == (
+        "Durable: replayed 3 cached steps (1 model, 2 tool), executed 2 new steps (1 model, 1 tool)"
+    )
+    assert calls == ["flaky_lookup", "file_triage"]  # only the output function ran again
+
+
+def test_delete_all_leaves_neighbours_that_share_a_string_prefix(tmp_path: Path) -> None:
+    run_attempt(tmp_path, 1, ["flaky_lookup"])
+    neighbour = TaskIdentity(IDENTITY.dag_id, IDENTITY.run_id, IDENTITY.task_id + "2", -1)
+    neighbour_store = store_for(tmp_path, neighbour)
+    neighbour_store.write("model-" + "0" * 64 + ".json", b"{}")
+    sibling_file = Path(store_for(tmp_path).root + "x")
+    sibling_file.write_text("keep me")
+    reader = CacheReader(store_for(tmp_path))
+
+    assert reader.delete_all() == 5
+
+    assert not reader.exists()
+    assert reader.steps() == []
+    assert neighbour_store.list_entries().keys() == {"model-" + "0" * 64 + ".json"}
+    assert sibling_file.read_text() == "keep me"
+
+
+def test_damaged_and_encrypted_entries_are_listed_last_and_deleted(tmp_path: Path) -> None:
+    run_attempt(tmp_path, 1, ["flaky_lookup"])
+    store = store_for(tmp_path)
+    root = Path(store.root)
+    first_tool = sorted(root.glob("tool-*.json"))[0]
+    first_tool.write_bytes(first_tool.read_bytes()[:40])  # torn
+    sealed = root / ("model-" + "1" * 64 + ".json")
+    sealed.write_text(json.dumps({"format": "airflow-pydantic-ai/step", "version": 1, "encrypted": "gAAAA"}))
+    reader = CacheReader(store)
+
+    steps = reader.steps()
+
+    assert sorted(step.kind for step in steps[-2:]) == ["damaged", "encrypted"]
+    assert [step.kind for step in steps[:-2]] == ["model", "tool", "model", "output"]
+    damaged = next(step for step in steps if step.kind == "damaged")
+    assert "not valid JSON" in damaged.problem
+    assert "problem" in reader.read(damaged.number).content
+    reader.delete_from(len(steps) - 1)
+    assert {step.kind for step in reader.steps()} <= {"model", "tool", "output"}
+    assert reader.delete_all() == 4
+    assert not root.exists()
+
+
+def test_reader_on_s3_lists_sizes_and_times_from_the_listing(s3_bucket: Any) -> None:
+    from airflow.sdk import ObjectStoragePath
+
+    base = ObjectStoragePath(s3_bucket.url("agent-cache"))
+    store = StepStore.for_task(base.fs, base.path, str(base), IDENTITY)
+    log = QuietLog()
+    run = DurableRun.open(store, attempt=1, log=log)
+    Agent(TestModel(), output_type=str).run_sync("hello", capabilities=[DurableCapability(run)])
+    reader = CacheReader(store)
+
+    steps = reader.steps()
+
+    assert [step.kind for step in steps] == ["model"]
+    assert steps[0].recorded_at is not None
+    assert steps[0].size == len(s3_bucket.read(s3_bucket.list_keys()[0]))
+    assert reader.delete_all() == 1
+    assert s3_bucket.list_keys() == []
