@@ -296,6 +296,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     finally:
         run.log_summary()
     if (job.get("finish") or job.get("record_output")) and "output" in outcome:
+        if job.get("record_after"):  # a barrier: record only once that file exists (a zombie late on purpose)
+            deadline = time.monotonic() + 20
+            while not os.path.exists(job["record_after"]) and time.monotonic() < deadline:
+                time.sleep(0.001)
         run.record_output(outcome["output"])
         points.hit("output-recorded")
         if job.get("finish"):
