@@ -29,9 +29,10 @@ block until the parent kills the process. Kinds:
   place), hooked on the ``os`` calls of the real ``StepStore._put_local``;
 - ``torn-direct``: the store writes entries straight to their final name (as a filesystem without
   atomic rename would), and the N-th write stops half-way: a truncated entry under its real name;
-- the success window, with ``job["finish"]`` (``job["record_output"]``: record the output only): ``output-recorded:1`` (the output is recorded, as the
-  operator does before its XCom push), ``delete:N`` (``finish()`` has deleted N entries: steps newest
-  first, the result entry last), ``deleted:1`` (``finish()`` returned).
+- the success window, with ``job["finish"]`` (``job["record_output"]`` records the output only):
+  ``output-recorded:1`` (the output is recorded, as the operator does before its XCom push),
+  ``delete:N`` (``finish()`` has deleted N entries: steps newest first, the result entry last),
+  ``deleted:1`` (``finish()`` returned).
 
 Like the operator, a job whose cache holds the output recorded by the previous attempt returns it
 without running the agent, and records it again as its own.
