@@ -813,3 +813,27 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     retry = DurableRun.open(store, attempt=2, log=Log())
     recorded = retry.recorded_output()
     assert recorded is not None and (recorded.value, recorded.attempt) == ("nothing to hide", 1)
+    # The first try after a clear (or of a DAG run) never takes it: a clear asks for a new run.
+    cleared = DurableRun.open(store, attempt=2, log=Log(), takes_recorded_output=False)
+    assert cleared.recorded_output() is None
+    assert any("first try since the DAG run started or the task was cleared" in text for text in warnings)
+
+
+@pytest.mark.parametrize(
+    ("try_number", "max_tries", "retries", "is_retry"),
+    [
+        (1, 2, 2, False),  # the first try of a DAG run
+        (2, 2, 2, True),  # Airflow's retry
+        (3, 2, 2, True),
+        (3, 4, 2, False),  # the first try after a clear of try 2 (max_tries = 2 + retries)
+        (4, 4, 2, True),  # a retry after that clear
+        (2, 1, 0, False),  # retries=0: a second try can only come from a clear
+    ],
+)
+def test_only_a_retry_takes_a_recorded_output(try_number, max_tries, retries, is_retry):
+    from types import SimpleNamespace
+
+    from airflow_pydantic_ai.durability import retries_an_earlier_try
+
+    ti = SimpleNamespace(try_number=try_number, max_tries=max_tries, task=SimpleNamespace(retries=retries))
+    assert retries_an_earlier_try(ti) is is_retry

@@ -151,6 +151,8 @@ class DurableRun:
     _failed_writes_in_a_row: int = field(default=0, repr=False)
     _skip_writes_until: float = field(default=0.0, repr=False)
     _storage_error: str = field(default="", repr=False)
+    takes_recorded_output: bool = True
+    """False on the first try of a DAG run or after a clear: an output recorded earlier is never returned."""
     _written: list[str] = field(default_factory=list, repr=False)
     """Names of the entries this attempt stored, oldest first (the cache is deleted newest first)."""
 
@@ -164,13 +166,21 @@ class DurableRun:
         contains_secret: Callable[[Any], bool] = _no_secrets,
         storage_errors: StorageErrors = "warn",
         reachable: bool = True,
+        takes_recorded_output: bool = True,
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt.
 
         ``reachable=False`` (the start probe failed, ``durable_storage_errors = warn``): nothing is loaded,
         and writes are skipped until the store has had time to come back.
         """
-        run = cls(store=store, attempt=attempt, log=log, contains_secret=contains_secret, storage_errors=storage_errors)
+        run = cls(
+            store=store,
+            attempt=attempt,
+            log=log,
+            contains_secret=contains_secret,
+            storage_errors=storage_errors,
+            takes_recorded_output=takes_recorded_output,
+        )
         if not reachable:
             run._storage_unreachable("the cache could not be reached when the attempt started")
             log.error("Durable: this attempt runs every step live; it tries to store steps again as it goes")
@@ -513,6 +523,16 @@ class DurableRun:
         """
         entry = self.entries.get(RESULT_ENTRY)
         if entry is None:
+            return None
+        if not self.takes_recorded_output:
+            # A clear asks for a new run: the output is what a success left behind (its deletion was cut short).
+            self.log.warning(
+                "Durable: ignoring the output recorded by try %d in %s%s: this is the first try since the DAG run "
+                "started or the task was cleared, so the agent runs again (unchanged steps replay)",
+                entry.attempt,
+                self.store.location,
+                entry.name,
+            )
             return None
         if entry.attempt != self.attempt - 1:
             self.log.warning(
