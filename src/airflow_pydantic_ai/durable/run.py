@@ -208,7 +208,7 @@ class DurableRun:
                 run._recorded_at_step[entry.step] = entry
         log.info(
             "Durable: found %d steps recorded by earlier attempts (%d bytes read)",
-            len(loaded.entries),
+            sum(entry.kind != "result" for entry in loaded.entries.values()),
             loaded.bytes_read,
         )
         return run
