@@ -166,7 +166,9 @@ def test_a_zombie_writing_after_the_task_succeeded_does_not_feed_a_later_run(for
     prompt = "triage ticket 5"
     barrier = tmp_path / "go"
     barrier.touch()
-    zombie = job(tmp_path, "zombie", 1, prompt, tool_sleep=0.05)
+    late = tmp_path / "newest-succeeded"
+    # The zombie holds before its 5th tool call until the newest try has succeeded (whatever the machine's load).
+    zombie = job(tmp_path, "zombie", 1, prompt, tool_sleep=0.05, hold_at_step=4, hold_until=str(late))
     pid_zombie = fork_server.spawn(zombie)
     deadline = time.monotonic() + 20
     while not entry_names(tmp_path / "cache"):
@@ -175,6 +177,7 @@ def test_a_zombie_writing_after_the_task_succeeded_does_not_feed_a_later_run(for
     newest = job(tmp_path, "newest", 2, prompt, tool_sleep=0.0, finish=True)
     done = fork_server.run(newest)
     assert done["output"] == expected_output(prompt, STEPS)
+    late.touch()
     result_of(fork_server, pid_zombie, zombie)
     leftover = entry_names(tmp_path / "cache")
     # The task instance is cleared and runs again (try 3): it should start fresh, like after any success.

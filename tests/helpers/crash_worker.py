@@ -267,6 +267,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     def work(step: int) -> str:
         """Do one step of work (a side effect)."""
         points.hit("tool-start")
+        if job.get("hold_until") and step == int(job.get("hold_at_step", 0)):  # a zombie late on purpose
+            deadline = time.monotonic() + 20
+            while not os.path.exists(job["hold_until"]) and time.monotonic() < deadline:
+                time.sleep(0.001)
         if tool_sleep:
             time.sleep(tool_sleep)
         result = tool_result(prompt, step)
