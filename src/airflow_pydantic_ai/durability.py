@@ -24,6 +24,7 @@ __all__ = [
     "DurableConfigError",
     "default_cache_path",
     "resolve_cache_path",
+    "retries_an_earlier_try",
     "start_durable_run",
 ]
 
@@ -233,6 +234,26 @@ def _secret_finder() -> Any:
     return contains_secret
 
 
+def retries_an_earlier_try(ti: Any) -> bool:
+    """Whether this try is Airflow's automatic retry of an earlier try of the same series.
+
+    A series starts with the DAG run, and again with each clear: Airflow then sets ``max_tries`` to the
+    last try number plus the task's ``retries``, so the first try of a series is the one where
+    ``max_tries == try_number - 1 + retries``. Only a retry may return an output recorded by the try
+    before it (that try finished, but Airflow never stored its success); a clear asks for a new run.
+    When the numbers cannot be read, any try after the first counts as a retry.
+    """
+    try:
+        try_number = int(ti.try_number)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    try:
+        max_tries, retries = int(ti.max_tries), int(ti.task.retries or 0)
+    except (AttributeError, TypeError, ValueError):
+        return try_number > 1
+    return try_number > 1 and max_tries != try_number - 1 + retries
+
+
 def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) -> DurableRun:
     """Open the durable cache of the running task instance and start this try."""
     ti = context["ti"]
@@ -264,4 +285,5 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
         contains_secret=_secret_finder(),
         storage_errors=storage_errors,  # type: ignore[arg-type]
         reachable=reachable,
+        takes_recorded_output=retries_an_earlier_try(ti),
     )

@@ -28,7 +28,14 @@ block until the parent kills the process. Kinds:
   temporary file is complete and synced, not yet renamed), ``put-after-rename`` (the entry is in
   place), hooked on the ``os`` calls of the real ``StepStore._put_local``;
 - ``torn-direct``: the store writes entries straight to their final name (as a filesystem without
-  atomic rename would), and the N-th write stops half-way: a truncated entry under its real name.
+  atomic rename would), and the N-th write stops half-way: a truncated entry under its real name;
+- the success window, with ``job["finish"]`` (``job["record_output"]`` records the output only):
+  ``output-recorded:1`` (the output is recorded, as the operator does before its XCom push),
+  ``delete:N`` (``finish()`` has deleted N entries: steps newest first, the result entry last),
+  ``deleted:1`` (``finish()`` returned).
+
+Like the operator, a job whose cache holds the output recorded by the previous attempt returns it
+without running the agent, and records it again as its own.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ KILL_KINDS = (
     "put-after-rename",
     "torn-direct",
 )
+SUCCESS_WINDOW_KINDS = ("output-recorded", "delete", "deleted")
 _BLOCK_SECONDS = 30.0
 
 
@@ -94,7 +102,7 @@ class _KillPoints:
         self.kind, self.number = None, 0
         if spec:
             kind, _, number = spec.partition(":")
-            assert kind in KILL_KINDS, spec
+            assert kind in KILL_KINDS + SUCCESS_WINDOW_KINDS, spec
             self.kind, self.number = kind, int(number)
         self.ready = ready
 
@@ -179,6 +187,22 @@ class _TornFileSystem:
             handle.write(data)
 
 
+class _CountedDeletes:
+    """A filesystem whose ``rm_file`` calls are kill points (``delete:N``: after the N-th deletion)."""
+
+    def __init__(self, real: Any, points: _KillPoints):
+        self._real = real
+        self._points = points
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def rm_file(self, path: str, **kwargs: Any) -> None:
+        self._real.rm_file(path, **kwargs)
+        if path.endswith(".json"):
+            self._points.hit("delete")
+
+
 def _mark(marker: str, line: str) -> None:
     with open(marker, "a") as handle:
         handle.write(line + "\n")
@@ -243,6 +267,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     def work(step: int) -> str:
         """Do one step of work (a side effect)."""
         points.hit("tool-start")
+        if job.get("hold_until") and step == int(job.get("hold_at_step", 0)):  # a zombie late on purpose
+            deadline = time.monotonic() + 20
+            while not os.path.exists(job["hold_until"]) and time.monotonic() < deadline:
+                time.sleep(0.001)
         if tool_sleep:
             time.sleep(tool_sleep)
         result = tool_result(prompt, step)
@@ -254,20 +282,34 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     filesystem: Any = fsspec.filesystem("file")
     if points.kind == "torn-direct":
         filesystem = _TornFileSystem(filesystem, points)
+    if points.kind == "delete":
+        filesystem = _CountedDeletes(filesystem, points)
     base = job["base"]
     store = StepStore.for_task(filesystem, base, f"file://{base}", TaskIdentity(*IDENTITY), warn=log.warning)
     run = DurableRun.open(store, attempt=attempt, log=log, storage_errors=job.get("storage_errors", "warn"))
     started = time.monotonic()
     outcome: dict[str, Any] = {"pid": os.getpid()}
+    recorded = run.recorded_output()
+    outcome["returned_recorded_output"] = recorded is not None
     try:
-        result = agent.run_sync(prompt, capabilities=[DurableCapability(run)])
-        outcome["output"] = result.output
+        if recorded is not None:
+            outcome["output"] = recorded.value
+        else:
+            outcome["output"] = agent.run_sync(prompt, capabilities=[DurableCapability(run)]).output
     except Exception as error:
         outcome["error"] = f"{type(error).__name__}: {error}"
     finally:
         run.log_summary()
-    if job.get("finish") and "output" in outcome:
-        run.finish()
+    if (job.get("finish") or job.get("record_output")) and "output" in outcome:
+        if job.get("record_after"):  # a barrier: record only once that file exists (a zombie late on purpose)
+            deadline = time.monotonic() + 20
+            while not os.path.exists(job["record_after"]) and time.monotonic() < deadline:
+                time.sleep(0.001)
+        run.record_output(outcome["output"])
+        points.hit("output-recorded")
+        if job.get("finish"):
+            run.finish()
+            points.hit("deleted")
     outcome.update(
         seconds=time.monotonic() - started,
         replayed={"model": run.replayed.model, "tool": run.replayed.tool},

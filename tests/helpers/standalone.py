@@ -277,7 +277,10 @@ class AirflowCluster:
         state = None
         while time.monotonic() < deadline:
             self.check_alive()
-            state = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            try:
+                state = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            except TimeoutError:  # a busy machine: the api-server answers the next poll
+                continue
             if state in TERMINAL_RUN_STATES:
                 return state
             time.sleep(1)
@@ -285,6 +288,11 @@ class AirflowCluster:
 
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
         return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+
+    def xcom_value(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        """The (deserialized) XCom ``key`` of ``task_id`` in the run."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+        return self._request("GET", f"{path}?deserialize=true")["value"]
 
     # -- logs --------------------------------------------------------------------------
 

@@ -783,3 +783,57 @@ def test_stream_left_before_its_end_is_not_replayed(harness):
     assert second.replayed.model == 0 and second.executed.model == 1
     third_text, third = asyncio.run(consume(stop_early=False))
     assert third_text == full and third.replayed.model == 1
+
+
+def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
+    """The result entry follows the rule of every step: a registered secret is never stored; a retry
+    then replays the steps instead of returning the output."""
+    import fsspec
+
+    from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
+    from airflow_pydantic_ai.durable.store import RESULT_ENTRY
+
+    warnings: list[str] = []
+
+    class Log:
+        def info(self, msg, *args, **kwargs): ...
+        def debug(self, msg, *args, **kwargs): ...
+        def error(self, msg, *args, **kwargs): ...
+        def warning(self, msg, *args, **kwargs):
+            warnings.append(msg % args)
+
+    base = str(tmp_path / "cache")
+    store = StepStore.for_task(fsspec.filesystem("file"), base, f"file://{base}", TaskIdentity("d", "r", "t"))
+    secret = "hunter2-s3cr3t"
+    run = DurableRun.open(store, attempt=1, log=Log(), contains_secret=lambda payload: secret in str(payload))
+    run.record_output(f"the password is {secret}")
+    assert RESULT_ENTRY not in store.load().entries
+    assert any("registered as secret" in text and "replays the steps" in text for text in warnings), warnings
+    run.record_output("nothing to hide")
+    retry = DurableRun.open(store, attempt=2, log=Log())
+    recorded = retry.recorded_output()
+    assert recorded is not None and (recorded.value, recorded.attempt) == ("nothing to hide", 1)
+    # The first try after a clear (or of a DAG run) never takes it: a clear asks for a new run.
+    cleared = DurableRun.open(store, attempt=2, log=Log(), takes_recorded_output=False)
+    assert cleared.recorded_output() is None
+    assert any("first try since the DAG run started or the task was cleared" in text for text in warnings)
+
+
+@pytest.mark.parametrize(
+    ("try_number", "max_tries", "retries", "is_retry"),
+    [
+        (1, 2, 2, False),  # the first try of a DAG run
+        (2, 2, 2, True),  # Airflow's retry
+        (3, 2, 2, True),
+        (3, 4, 2, False),  # the first try after a clear of try 2 (max_tries = 2 + retries)
+        (4, 4, 2, True),  # a retry after that clear
+        (2, 1, 0, False),  # retries=0: a second try can only come from a clear
+    ],
+)
+def test_only_a_retry_takes_a_recorded_output(try_number, max_tries, retries, is_retry):
+    from types import SimpleNamespace
+
+    from airflow_pydantic_ai.durability import retries_an_earlier_try
+
+    ti = SimpleNamespace(try_number=try_number, max_tries=max_tries, task=SimpleNamespace(retries=retries))
+    assert retries_an_earlier_try(ti) is is_retry

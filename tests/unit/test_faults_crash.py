@@ -291,3 +291,65 @@ def test_sigkill_of_a_fresh_python_process_between_write_and_rename(tmp_path):
     assert not outcome["warnings"]
     # The temporary file of the killed write is still there, and still ignored.
     assert len(inspect_cache(tmp_path / "cache").temporary) == 1
+
+
+# --- the success window ---------------------------------------------------------------------------
+# After the last step, the operator records the output (a ``result`` entry), pushes it to XCom, and
+# has the cache deleted once Airflow has stored the task's success. Here the deletion is cut short
+# at every point as if it ran before the success was stored (on Airflow 3.3 a success callback also
+# runs when the success report failed and the supervisor re-sends it later): the retry must return
+# the recorded output without a model or tool call, and finish the deletion.
+ENTRIES = TOTAL_STEPS + 1  # 17 steps and the result entry
+SUCCESS_WINDOW_POINTS = ["output-recorded:1", *(f"delete:{count}" for count in range(1, ENTRIES))]
+
+
+def test_sigkill_in_the_success_window_then_retry(fork_server, tmp_path):
+    started = time.monotonic()
+    reference = expected_output(PROMPT, STEPS)
+    rows = []
+    for index, point in enumerate(SUCCESS_WINDOW_POINTS):
+        tmp = tmp_path / f"trial-{index:02d}"
+        tmp.mkdir()
+        ready = tmp / "ready"
+        pid = fork_server.spawn(job(tmp, "attempt1", 1, finish=True, kill_at=point, ready=str(ready), tool_sleep=0))
+        deadline = time.monotonic() + 10
+        while not ready.exists():
+            assert time.monotonic() < deadline, f"kill point {point} was never reached"
+            time.sleep(0.0005)
+        os.kill(pid, signal.SIGKILL)
+        assert fork_server.wait(pid) == -signal.SIGKILL
+        left = inspect_cache(tmp / "cache")
+        deleted = int(point.partition(":")[2]) if point.startswith("delete") else 0
+        assert len(left.complete) == ENTRIES - deleted, point
+        assert "result-output.json" in left.complete, f"{point}: the result entry is deleted last"
+        assert marks(tmp / "marker", 1) == {"model": STEPS + 1, "tool": STEPS}
+
+        second = fork_server.run(job(tmp, "attempt2", 2, finish=True, tool_sleep=0))
+        context = f"{point}: {second['summary']}; warnings {second['warnings']}"
+        assert second["output"] == reference, context
+        assert second["returned_recorded_output"], context
+        assert marks(tmp / "marker", 2) == {}, f"the retry called the model or a tool again; {context}"
+        assert second["executed"] == {"model": 0, "tool": 0}, context
+        assert not second["warnings"] and not second["errors"], context
+        assert not cache_root(tmp / "cache").exists(), f"the retry finished the deletion; {context}"
+        rows.append((point, ENTRIES - deleted))
+    print(f"\nsuccess-window SIGKILL trials: {len(rows)} in {time.monotonic() - started:.1f} s; 0 steps run again")
+    assert len(rows) == len(SUCCESS_WINDOW_POINTS) == 18
+
+
+def test_steps_are_deleted_newest_first(fork_server, tmp_path):
+    """Cut after 9 of 18 deletions: what is left is the result and the oldest steps of the chain."""
+    ready = tmp_path / "ready"
+    pid = fork_server.spawn(job(tmp_path, "attempt1", 1, finish=True, kill_at="delete:9", ready=str(ready)))
+    deadline = time.monotonic() + 10
+    while not ready.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.0005)
+    os.kill(pid, signal.SIGKILL)
+    assert fork_server.wait(pid) == -signal.SIGKILL
+    root = cache_root(tmp_path / "cache")
+    entries = [StepEntry.from_bytes(path.read_bytes(), name=path.name) for path in root.glob("*.json")]
+    steps = sorted(entry.step for entry in entries if entry.kind == "model")
+    assert [entry.kind for entry in entries].count("result") == 1
+    assert steps == list(range(1, len(steps) + 1)), f"the oldest model steps remain, got {steps}"
+    assert len(entries) == ENTRIES - 9

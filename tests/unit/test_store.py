@@ -216,3 +216,58 @@ def test_long_ids_stay_within_one_file_name_and_never_collide(tmp_path):
     assert stores[0].root != stores[1].root
     assert [list(store.load().entries) for store in stores] == [[entry().name]] * 2
     assert TaskIdentity("x" * 200, RUN_ID, "t").segments()[0] == "x" * 200, "short enough ids are kept as they are"
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_the_result_entry_has_the_guarantees_of_a_step(tmp_path, encrypted):
+    """Checksum, owner binding and encryption cover the recorded output; another task instance's is rejected."""
+    from cryptography.fernet import Fernet
+
+    from airflow_pydantic_ai.durable.store import RESULT_ENTRY
+
+    cipher = Fernet(Fernet.generate_key()) if encrypted else None
+    store = make_store(tmp_path)
+    store.cipher = cipher
+    result = StepEntry(
+        kind="result",
+        key="output",
+        step=3,
+        attempt=1,
+        label="output",
+        payload={"value": {"type": "json", "value": "the answer"}},
+        role="result",
+    )
+    assert result.name == RESULT_ENTRY
+    store.put(result)
+    data = (tmp_path / "base" / "dag" / RUN_ID / "task" / "-1" / RESULT_ENTRY).read_bytes()
+    assert (b"the answer" in data) is not encrypted
+    assert store.load().entries == {RESULT_ENTRY: result}
+    tomorrow = make_store(tmp_path, TaskIdentity("dag", "manual__2026-11-23T04:00:00+00:00", "task"))
+    tomorrow.cipher = cipher
+    with pytest.raises(CorruptEntry, match="another task instance"):
+        StepEntry.from_bytes(data, name=RESULT_ENTRY, cipher=cipher, owner=tomorrow.owner)
+    if not encrypted:
+        edited = data.replace(b"the answer", b"the forged")
+        with pytest.raises(CorruptEntry, match="checksum"):
+            StepEntry.from_bytes(edited, name=RESULT_ENTRY, owner=store.owner)
+
+
+def test_clear_deletes_the_given_entries_first_and_the_result_last(tmp_path):
+    from airflow_pydantic_ai.durable.store import RESULT_ENTRY
+
+    store = make_store(tmp_path)
+    names = [entry(key=key * 64).name for key in "abc"]
+    for key in "abc":
+        store.put(entry(key=key * 64))
+    store.put(StepEntry(kind="result", key="output", step=1, attempt=1, label="output", payload={}))
+    deleted: list[str] = []
+    real_remove = store.remove
+
+    def remove(name: str) -> None:
+        deleted.append(name)
+        real_remove(name)
+
+    store.remove = remove  # type: ignore[method-assign]
+    store.clear(newest_first=[names[2], names[0]])
+    assert deleted == [names[2], names[0], names[1], RESULT_ENTRY]
+    assert not store.exists()

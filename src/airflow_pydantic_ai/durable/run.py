@@ -40,13 +40,14 @@ from airflow_pydantic_ai.durable.fingerprint import (
     fingerprint_request,
     fingerprint_tool_call,
 )
-from airflow_pydantic_ai.durable.store import StepEntry, StepStore
+from airflow_pydantic_ai.durable.store import RESULT_ENTRY, RESULT_KEY, StepEntry, StepStore
 
 __all__ = [
     "SUMMARY_TEMPLATE",
     "DurableRun",
     "DurableStorageError",
     "ModelStep",
+    "RecordedOutput",
     "StepCounts",
     "ToolStep",
     "describe_error",
@@ -107,6 +108,14 @@ def _no_secrets(value: Any) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class RecordedOutput:
+    """The output an earlier try pushed to XCom before it was killed, found in the cache."""
+
+    value: Any
+    attempt: int
+
+
 @dataclass
 class DurableRun:
     """The state of one durable attempt. Create it with :meth:`open`."""
@@ -142,6 +151,10 @@ class DurableRun:
     _failed_writes_in_a_row: int = field(default=0, repr=False)
     _skip_writes_until: float = field(default=0.0, repr=False)
     _storage_error: str = field(default="", repr=False)
+    takes_recorded_output: bool = True
+    """False on the first try of a DAG run or after a clear: an output recorded earlier is never returned."""
+    _written: list[str] = field(default_factory=list, repr=False)
+    """Names of the entries this attempt stored, oldest first (the cache is deleted newest first)."""
 
     @classmethod
     def open(
@@ -153,13 +166,21 @@ class DurableRun:
         contains_secret: Callable[[Any], bool] = _no_secrets,
         storage_errors: StorageErrors = "warn",
         reachable: bool = True,
+        takes_recorded_output: bool = True,
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt.
 
         ``reachable=False`` (the start probe failed, ``durable_storage_errors = warn``): nothing is loaded,
         and writes are skipped until the store has had time to come back.
         """
-        run = cls(store=store, attempt=attempt, log=log, contains_secret=contains_secret, storage_errors=storage_errors)
+        run = cls(
+            store=store,
+            attempt=attempt,
+            log=log,
+            contains_secret=contains_secret,
+            storage_errors=storage_errors,
+            takes_recorded_output=takes_recorded_output,
+        )
         if not reachable:
             run._storage_unreachable("the cache could not be reached when the attempt started")
             log.error("Durable: this attempt runs every step live; it tries to store steps again as it goes")
@@ -187,7 +208,7 @@ class DurableRun:
                 run._recorded_at_step[entry.step] = entry
         log.info(
             "Durable: found %d steps recorded by earlier attempts (%d bytes read)",
-            len(loaded.entries),
+            sum(entry.kind != "result" for entry in loaded.entries.values()),
             loaded.bytes_read,
         )
         return run
@@ -395,14 +416,14 @@ class DurableRun:
 
     # --- recording -----------------------------------------------------------------------------
 
-    def _persist(self, entry: StepEntry, what: str) -> None:
+    def _persist(
+        self, entry: StepEntry, what: str, *, on_secret: str = "it is not cached and will run again on a retry"
+    ) -> bool:
+        """Store ``entry``; False when it was not stored (the log says why)."""
         if self.contains_secret(entry.payload):
             self.not_persisted += 1
-            self.log.warning(
-                "Durable: %s contains a value registered as secret; it is not cached and will run again on a retry",
-                what,
-            )
-            return
+            self.log.warning("Durable: %s contains a value registered as secret; %s", what, on_secret)
+            return False
         if time.monotonic() < self._skip_writes_until:
             # An unreachable store would make every step wait for its timeout: skip, and say so.
             self.not_persisted += 1
@@ -412,7 +433,7 @@ class DurableRun:
                 self.store.location,
                 self._storage_error,
             )
-            return
+            return False
         try:
             data = self.store.encode(entry)
         except (ValueError, TypeError, RecursionError) as error:  # the value, not the storage, is at fault
@@ -420,7 +441,7 @@ class DurableRun:
             self.log.warning(
                 "Durable: %s is not cached: it cannot be written as JSON (%s)", what, describe_error(error)
             )
-            return
+            return False
         try:
             self.store.write(entry.name, data)
         except Exception as error:
@@ -437,8 +458,11 @@ class DurableRun:
             if self._failed_writes_in_a_row >= 2:
                 failed = self._failed_writes_in_a_row
                 self._storage_unreachable(f"{failed} writes failed in a row: {describe_error(error)}")
-        else:
-            self._failed_writes_in_a_row = 0
+            return False
+        self._failed_writes_in_a_row = 0
+        if entry.name not in self._written:
+            self._written.append(entry.name)
+        return True
 
     def _storage_unreachable(self, reason: str) -> None:
         self._storage_error = reason
@@ -488,10 +512,92 @@ class DurableRun:
                 self.not_persisted,
             )
 
-    def finish(self) -> None:
-        """The task succeeded and its result is pushed: delete the cache (a failure here never fails the task)."""
+    # --- the output ----------------------------------------------------------------------------
+
+    def recorded_output(self) -> RecordedOutput | None:
+        """The output the previous try recorded before it was killed, if the cache holds it.
+
+        Only the try right after the one that recorded it takes it (each try that returns it records it
+        again as its own): an older result entry can only come from a zombie try, whose output a later
+        run of the task instance must not take. Its steps still replay if their requests are unchanged.
+        """
+        entry = self.entries.get(RESULT_ENTRY)
+        if entry is None:
+            return None
+        if not self.takes_recorded_output:
+            # A clear asks for a new run: the output is what a success left behind (its deletion was cut short).
+            self.log.warning(
+                "Durable: ignoring the output recorded by try %d in %s%s: this is the first try since the DAG run "
+                "started or the task was cleared, so the agent runs again (unchanged steps replay)",
+                entry.attempt,
+                self.store.location,
+                entry.name,
+            )
+            return None
+        if entry.attempt != self.attempt - 1:
+            self.log.warning(
+                "Durable: ignoring the output recorded by try %d in %s%s: only the try right after it may "
+                "return it (this is try %d); the run replays its steps instead",
+                entry.attempt,
+                self.store.location,
+                entry.name,
+                self.attempt,
+            )
+            return None
         try:
-            self.store.clear()
+            value = decode_value(entry.payload["value"])
+        except Exception as error:
+            self.log.warning(
+                "Durable: cache entry %s%s cannot be rebuilt (%s); the run replays its steps instead",
+                self.store.location,
+                entry.name,
+                error,
+            )
+            return None
+        self.log.info(
+            "Durable: try %d already produced this task's output, but its success was not recorded (the "
+            "worker was lost); returning that output without calling the model or any tool",
+            entry.attempt,
+        )
+        return RecordedOutput(value=value, attempt=entry.attempt)
+
+    def record_output(self, value: Any) -> None:
+        """Store the output about to be pushed to XCom, so that a retry after a crash returns it as is.
+
+        Not stored (with a warning) when it holds a registered secret or cannot be encoded exactly: a
+        retry then replays the recorded steps to rebuild it.
+        """
+        what = "the task's output"
+        try:
+            encoded = encode_value(value)
+        except UnsupportedValue as error:
+            self.not_persisted += 1
+            self.log.warning("Durable: %s is not cached (%s); a retry replays the steps instead", what, error)
+            return
+        entry = StepEntry(
+            kind="result",
+            key=RESULT_KEY,
+            step=self._model_steps,
+            attempt=self.attempt,
+            label="output",
+            payload={"value": encoded},
+            role="result",
+            recorded_at=time.time(),
+        )
+        self._persist(entry, what, on_secret="it is not cached; a retry replays the steps instead")
+
+    def finish(self) -> None:
+        """Delete the cache: steps newest first, the result entry last (a failure here never fails the task).
+
+        Call it once Airflow has recorded the task's success (the operator does, from a success callback).
+        """
+        recorded = sorted(
+            (entry for entry in self.entries.values() if entry.name not in self._written),
+            key=lambda entry: (entry.recorded_at or 0.0, entry.attempt, entry.step),
+        )
+        newest_first = [*reversed([entry.name for entry in recorded] + self._written)]
+        try:
+            self.store.clear(newest_first)
         except Exception as error:
             self.log.error(
                 "Durable: task succeeded but its cache at %s could not be deleted (%s); delete it by hand, "

@@ -6,6 +6,12 @@ segment (percent-encoded where needed), so ``etl`` + ``load_data`` never meets `
 plus rename on local disks. Nothing is ever rewritten, so the bytes written grow with the size of
 the steps, not with their square, and a crash loses at most the step in flight.
 
+Besides the steps, a task instance that produced its output holds one ``result`` entry
+(``result-output.json``): the value it pushed to XCom, written before the push, with the same
+guarantees as a step (checksum, owner binding, encryption). Deleting the cache removes the steps
+newest first and the result entry last, so a deletion cut short at any point leaves either the
+result or nothing that was not there before.
+
 Loading lists the prefix once and fetches the entries in one batched call (concurrent on object
 stores). An entry that is torn, garbled, foreign, or of a future format is skipped with a warning.
 """
@@ -18,7 +24,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
@@ -27,6 +33,8 @@ from fsspec.asyn import AsyncFileSystem, sync
 
 __all__ = [
     "ENTRY_FORMAT",
+    "ENTRY_KINDS",
+    "RESULT_ENTRY",
     "SCHEMA_VERSION",
     "Cipher",
     "CorruptEntry",
@@ -43,10 +51,15 @@ ENTRY_FORMAT = "airflow-pydantic-ai/step"
 SCHEMA_VERSION = 1
 _SAFE_CHARACTERS = "-_.:+~@=,"
 
-StepKind = Literal["model", "tool"]
-StepRole = Literal["model", "tool", "output"]
-"""What a step is to a person: a model request, a tool call, or a call of an output function
-(stored with kind ``tool``, so that entry names stay as they were)."""
+StepKind = Literal["model", "tool", "result"]
+ENTRY_KINDS: tuple[StepKind, ...] = ("model", "tool", "result")
+StepRole = Literal["model", "tool", "output", "result"]
+"""What an entry is to a person: a model request, a tool call, a call of an output function
+(stored with kind ``tool``, so that entry names stay as they were), or the task's recorded output."""
+
+RESULT_KEY = "output"
+RESULT_ENTRY = f"result-{RESULT_KEY}.json"
+"""The name of the entry holding the output a try pushed to XCom (kind ``result``): one per task instance."""
 
 
 class CorruptEntry(ValueError):
@@ -282,9 +295,9 @@ class StepEntry:
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptEntry(f"a field is missing or malformed: {error}") from None
-        if entry.kind not in ("model", "tool") or entry.name != name:
+        if entry.kind not in ENTRY_KINDS or entry.name != name:
             raise CorruptEntry("its kind or key does not match its name")
-        if entry.role not in (None, "model", "tool", "output"):
+        if entry.role not in (None, "model", "tool", "output", "result"):
             raise CorruptEntry(f"its role {entry.role!r} is unknown")
         if owner is not None and body.get("owner") != owner:
             # Keys are content digests, so the same prompt in another dag run gives the same names: an
@@ -477,8 +490,30 @@ class StepStore:
         with contextlib.suppress(FileNotFoundError):
             self._request("rm_file", self._path(name))
 
-    def clear(self) -> None:
-        """Delete the whole prefix (and, on local disks, the parent folders it leaves empty)."""
+    def clear(self, newest_first: Sequence[str] = ()) -> None:
+        """Delete the whole prefix (and, on local disks, the parent folders it leaves empty).
+
+        The entries named in ``newest_first`` go first, one by one in that order, then every other
+        entry still listed, then :data:`RESULT_ENTRY`, then whatever is left (temporary files). A
+        deletion cut short therefore leaves the result entry, or the oldest steps of the chain.
+        """
+        invalidate = getattr(self.fs, "invalidate_cache", None)
+        if invalidate is not None:
+            invalidate(self.root)
+        try:
+            listing = self._request("ls", self.root, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        listed = {str(path).rsplit("/", 1)[-1] for path in listing}
+        ordered = [name for name in newest_first if name in listed and name != RESULT_ENTRY]
+        known = set(ordered)
+        ordered += sorted(
+            name for name in listed if name.endswith(".json") and name not in known and name != RESULT_ENTRY
+        )
+        if RESULT_ENTRY in listed:
+            ordered.append(RESULT_ENTRY)
+        for name in ordered:
+            self.remove(name)
         try:
             self._request("rm", self.root, recursive=True, requests=3)
         except FileNotFoundError:

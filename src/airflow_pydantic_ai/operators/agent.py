@@ -28,9 +28,11 @@ class AgentOperator(BaseOperator):
     With ``durable=True`` each model response and tool result is recorded in an object-storage cache
     keyed by dag / run / task / map index. When the task fails and Airflow retries it, unchanged
     steps replay from the cache instead of calling the model or repeating the tool; a changed step
-    runs live with a warning naming what changed, and every step after it runs live too. The cache
-    is deleted once the task has succeeded and its result is pushed; delete it by hand to force a
-    fresh run. The location is printed at the start of the task log.
+    runs live with a warning naming what changed, and every step after it runs live too. The output
+    is recorded in the cache before it is pushed, and the cache is deleted once Airflow has recorded
+    the task's success (from a success callback): a worker lost in between leaves a retry that
+    returns the same output without calling the model or any tool. Delete the cache by hand to force
+    a fresh run. The location is printed at the start of the task log.
 
     :param prompt: The user prompt. (templated)
     :param llm_conn_id: A ``pydantic_ai`` connection (API key, base URL, model in its extra). With
@@ -128,16 +130,12 @@ class AgentOperator(BaseOperator):
                 from airflow_pydantic_ai.durability import start_durable_run
 
                 run = start_durable_run(context, log=self.log, cache_path=self.durable_cache_path)
+                recorded = run.recorded_output()
+                if recorded is not None:
+                    # The previous try finished and was killed before Airflow recorded its success.
+                    return self._complete(context, run, recorded.value)
             output = _to_xcom(self._run_agent(agent, prompt, model, run).output)
-            if run is not None:
-                # Delete the cache only once the result is safely pushed: a failure before this point
-                # leaves every recorded step for the retry.
-                if self.do_xcom_push:
-                    from airflow.sdk.bases.xcom import BaseXCom
-
-                    context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
-                run.finish()
-            return output
+            return self._complete(context, run, output)
         finally:
             # Every durable attempt says what it replayed and executed, also one that failed before any step ran.
             if run is not None:
@@ -146,6 +144,34 @@ class AgentOperator(BaseOperator):
                 from airflow_pydantic_ai.durable import empty_summary
 
                 self.log.info(empty_summary())
+
+    def _complete(self, context: Any, run: DurableRun | None, output: Any) -> Any:
+        """Record the output (durable), push it, and have the cache deleted once Airflow records the success.
+
+        Until then every recorded step stays: a worker killed after this point (before Airflow stores the
+        task's success) leaves a cache from which the retry returns this same output, calling nothing.
+        """
+        if run is None:
+            return output
+        run.record_output(output)
+        if self.do_xcom_push:
+            from airflow.sdk.bases.xcom import BaseXCom
+
+            context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
+        self._delete_cache_after_success(run)
+        return output
+
+    def _delete_cache_after_success(self, run: DurableRun) -> None:
+        """Delete the cache from a success callback: Airflow's task runner calls those only after the
+        supervisor has stored the task's success (Airflow 3.1, 3.2 and 3.3 alike).
+
+        The callback goes on this try's copy of the operator (the task runner executes a copy), first in
+        the list, before the DAG author's own callbacks.
+        """
+        callbacks = [
+            callback for callback in self.on_success_callback or () if not isinstance(callback, _DeleteDurableCache)
+        ]
+        self.on_success_callback = [_DeleteDurableCache(run), *callbacks]
 
     def _resolve_prompt(self, context: Any) -> str:
         """The prompt of this try (``@task.agent`` gets it from its function)."""
@@ -171,6 +197,19 @@ class AgentOperator(BaseOperator):
             # The model's last answer exhausted its retries: replaying it would fail the same way.
             run.forget_last_model_step()
             raise
+
+
+class _DeleteDurableCache:
+    """A success callback that deletes one try's durable cache (see ``AgentOperator._delete_cache_after_success``)."""
+
+    def __init__(self, run: DurableRun) -> None:
+        self.run = run
+
+    def __call__(self, context: Any) -> None:
+        self.run.finish()
+
+    def __repr__(self) -> str:
+        return f"<delete the durable cache at {self.run.store.location}>"
 
 
 def _to_xcom(output: Any) -> Any:
