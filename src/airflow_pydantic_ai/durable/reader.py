@@ -27,8 +27,8 @@ from airflow_pydantic_ai.durable.store import CorruptEntry, SealedEntry, StepEnt
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
 
-StepKindShown = Literal["model", "tool", "output", "damaged", "encrypted"]
-_ROLE_ORDER = {"model": 0, "tool": 1, "output": 1}
+StepKindShown = Literal["model", "tool", "output", "result", "damaged", "encrypted"]
+_ROLE_ORDER = {"model": 0, "tool": 1, "output": 1, "result": 2}
 _DEFAULT_LIMIT = 4096
 
 
