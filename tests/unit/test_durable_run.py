@@ -73,7 +73,7 @@ class Harness:
         try:
             result = agent.run_sync(prompt, capabilities=[DurableCapability(run)], **kwargs)
         except UnexpectedModelBehavior:
-            run.forget_last_model_step()
+            run.forget_what_failed()
             raise
         finally:
             run.log_summary()
@@ -783,3 +783,136 @@ def test_stream_left_before_its_end_is_not_replayed(harness):
     assert second.replayed.model == 0 and second.executed.model == 1
     third_text, third = asyncio.run(consume(stop_early=False))
     assert third_text == full and third.replayed.model == 1
+
+
+# --- an outcome that made the run fail is never replayed (issue 8, item 1) ---------------------------
+
+
+@dataclass
+class Transient:
+    """Fails (asks for a retry) on the first attempt only, as a rate-limited API does."""
+
+    calls: list[int] = field(default_factory=list)
+    harness: Harness | None = None
+
+    def hit(self) -> bool:
+        """Record a call; True when it should fail (attempt 1)."""
+        assert self.harness is not None
+        self.calls.append(self.harness.attempt)
+        return self.harness.attempt == 1
+
+
+def _deterministic_tool_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Asks for the same call with the same id every time, then answers once a tool result is in."""
+    if any(part.part_kind == "tool-return" for message in messages for part in message.parts):
+        return ModelResponse(parts=[TextPart("notified")])
+    return ModelResponse(parts=[ToolCallPart("notify", {"channel": "ops"}, tool_call_id="call-1")])
+
+
+def _transient_agent(source: str, transient: Transient) -> Agent[Any, Any]:
+    """An agent with ``retries=0`` whose ``source`` asks for a retry on attempt 1 only."""
+    from pydantic_ai import TextOutput, ToolOutput
+
+    if source in ("tool-testmodel", "tool-functionmodel"):
+        model: Any = TestModel() if source == "tool-testmodel" else FunctionModel(_deterministic_tool_model)
+        agent: Agent[Any, Any] = Agent(model, retries=0)
+
+        @agent.tool_plain
+        def notify(channel: str) -> str:
+            if transient.hit():
+                raise ModelRetry("rate limited (HTTP 429)")
+            return "sent"
+
+        return agent
+
+    def publish(text: str) -> str:
+        if transient.hit():
+            raise ModelRetry("store busy, try again")
+        return f"published {text}"
+
+    if source == "output-function":
+        return Agent(TestModel(), output_type=ToolOutput(publish), retries=0)
+    if source == "text-output-function":  # pydantic-ai wraps this retry itself: a ToolRetryError
+        return Agent(TestModel(custom_output_text="draft"), output_type=TextOutput(publish), retries=0)
+    assert source == "output-validator"
+    agent = Agent(TestModel(custom_output_text="draft"), retries=0)
+
+    @agent.output_validator
+    def check(output: str) -> str:
+        if transient.hit():
+            raise ModelRetry("validation service busy")
+        return output
+
+    return agent
+
+
+@pytest.mark.parametrize(
+    "source", ["tool-testmodel", "tool-functionmodel", "output-function", "text-output-function", "output-validator"]
+)
+def test_a_transient_retry_that_failed_the_run_is_not_replayed(harness, source):
+    transient = Transient(harness=harness)
+    agent = _transient_agent(source, transient)
+    with pytest.raises(UnexpectedModelBehavior, match=r"(?i)max"):
+        harness.run(agent, "go")
+    assert any("removed from the cache so a retry asks again" in line for line in harness.logs[-1].at("info"))
+
+    result, _run, log = harness.run(agent, "go")
+
+    assert transient.calls == [1, 2], "attempt 2 runs what failed live, once"
+    assert result.output == Agent.run_sync(agent, "go").output, "the same output as a run without durable"
+    assert not log.at("warning")
+
+
+def test_without_durable_the_same_agent_recovers_on_a_second_run():
+    """The reference behaviour the durable runs above must match."""
+    harness = Harness(base="unused")
+    transient = Transient(harness=harness)
+    agent = _transient_agent("tool-functionmodel", transient)
+    harness.attempt = 1
+    with pytest.raises(UnexpectedModelBehavior):
+        agent.run_sync("go")
+    harness.attempt = 2
+    assert agent.run_sync("go").output == "notified"
+
+
+def test_a_retry_the_run_got_past_still_replays(harness):
+    """A lookup asked for one retry and then answered; a later tool exhausted its retries. On attempt 2
+    the lookup's retry and its answer replay, and only the call that failed runs again."""
+    lookups: list[int] = []
+    notified: list[int] = []
+
+    script = [("lookup", "l1"), ("lookup", "l2"), ("notify", "n1")]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answered = sum(isinstance(message, ModelResponse) for message in messages)
+        if answered < len(script):
+            name, call_id = script[answered]
+            return ModelResponse(parts=[ToolCallPart(name, {"q": "ticket 42"}, tool_call_id=call_id)])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model), retries=0)
+
+    @agent.tool_plain(retries=1)
+    def lookup(q: str) -> str:
+        lookups.append(harness.attempt)
+        if len(lookups) == 1:
+            raise ModelRetry("index warming up")
+        return "found"
+
+    @agent.tool_plain
+    def notify(q: str) -> str:
+        notified.append(harness.attempt)
+        if harness.attempt == 1:
+            raise ModelRetry("rate limited (HTTP 429)")
+        return "sent"
+
+    with pytest.raises(UnexpectedModelBehavior):
+        harness.run(agent, "go")
+    result, run, _log = harness.run(agent, "go")
+    assert result.output == "done"
+    assert lookups == [1, 1], "the lookup's retry and its answer replay"
+    assert notified == [1, 2]
+    # Replayed: the answers asking for the lookup (twice), its retry and its return. Asked again: the
+    # answer that asked for notify (it failed the run with its retry), then the final answer.
+    assert (run.replayed.model, run.replayed.tool) == (2, 2)
+    assert (run.executed.model, run.executed.tool) == (2, 1)

@@ -168,8 +168,8 @@ class AgentOperator(BaseOperator):
                 capabilities=[DurableCapability(run)],
             )
         except UnexpectedModelBehavior:
-            # The model's last answer exhausted its retries: replaying it would fail the same way.
-            run.forget_last_model_step()
+            # Retries ran out: what failed (the last answer, the retries it drew) would fail the same way on replay.
+            run.forget_what_failed()
             raise
 
 
