@@ -520,3 +520,80 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_functionmodel(capfd):
     # Try 2 replays the two answers asking for the lookup, its retry and its result; asks again for the
     # answer whose call failed try 1, runs notify_ops live, then gets the final answer.
     assert summaries(out) == [(0, 0, 0, 6, 3, 3), (4, 2, 2, 3, 2, 1)]
+
+
+# --- execution_timeout while a synchronous tool hangs (issue 8, item 3) -----------------------------
+
+
+def test_execution_timeout_ends_a_durable_task_while_a_sync_tool_hangs(capfd, cache_base):
+    """The tool would take 30 s; the task must fail when its 4 s execution_timeout says, not when the tool
+    returns. The tool's thread is released at the end so that it does not outlive the test."""
+    import threading
+    import time
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    release = threading.Event()
+    finished: list[float] = []
+    tool_started: list[float] = []
+
+    def export_report(ticket_id: int) -> str:
+        """Export a report (hangs)."""
+        tool_started.append(time.monotonic())
+        release.wait(30)
+        finished.append(time.monotonic())
+        return "exported"
+
+    with make_dag("e2e_timeout_hanging_tool", retries=0, execution_timeout=timedelta(seconds=4)) as dag:
+        AgentOperator(
+            task_id="export",
+            prompt="Export the report of ticket 42.",
+            model_id="test",
+            toolsets=[FunctionToolset([export_report])],
+            durable=True,
+        )
+    try:
+        dr = run_dag(dag)
+        elapsed = time.monotonic() - tool_started[0]
+        hung = not finished
+    finally:
+        release.set()
+    out = capfd.readouterr().out
+
+    assert dr.state == "failed"
+    assert hung, f"the task ended only when the tool returned ({elapsed:.1f} s)"
+    assert "AirflowTaskTimeout" in out or "Timeout" in out
+    assert re.search(
+        r"Durable: tool export_report \(call \S+\) did not finish within 2 s after the run was cancelled "
+        r"\(after [\d.]+ s in all\); its result is not recorded and it runs again on a retry",
+        out,
+    )
+    assert summaries(out) == [(0, 0, 0, 2, 1, 1)]
+    assert {path.name.split("-")[0] for path in files_under(cache_base)} == {"model"}, "no tool result"
+    print(f"FIGURE from the tool's start to the end of dag.test: {elapsed:.1f} s")
+
+
+def test_a_sync_tool_that_finishes_within_the_grace_period_after_a_timeout_is_recorded(capfd, cache_base):
+    import time
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    def export_report(ticket_id: int) -> str:
+        """Export a report (finishes just after the task's timeout)."""
+        time.sleep(2.8)
+        return "exported"
+
+    with make_dag("e2e_timeout_tool_in_grace", retries=0, execution_timeout=timedelta(seconds=2)) as dag:
+        AgentOperator(
+            task_id="export",
+            prompt="Export the report of ticket 42.",
+            model_id="test",
+            toolsets=[FunctionToolset([export_report])],
+            durable=True,
+        )
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "failed"
+    assert "did not finish within" not in out
+    assert {path.name.split("-")[0] for path in files_under(cache_base)} == {"model", "tool"}

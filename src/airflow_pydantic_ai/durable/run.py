@@ -13,6 +13,7 @@ ids or gives the same answer to a changed request.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -139,6 +140,8 @@ class DurableRun:
     _pending_tool_replays: int = field(default=0, repr=False)
     _replayed_tool_returns: int = field(default=0, repr=False)
     """Replayed successful function-tool calls: what pydantic-ai counts in ``usage.tool_calls``."""
+    run_task: asyncio.Task[Any] | None = field(default=None, repr=False)
+    """The asyncio task of the agent run (set when it starts): a cancelled run stops waiting for tool threads."""
     _failed_writes_in_a_row: int = field(default=0, repr=False)
     _skip_writes_until: float = field(default=0.0, repr=False)
     _storage_error: str = field(default="", repr=False)
@@ -661,6 +664,8 @@ class ToolStep:
     replayed: tuple[Any] | None = None
     replayed_error: Exception | None = None
     started: float = field(default_factory=time.monotonic)
+    abandoned: bool = False
+    """The run ended before this live call did: whatever it returns later is not recorded."""
 
     @property
     def entry_name(self) -> str:
@@ -683,12 +688,27 @@ class ToolStep:
             self.run._replayed_tool_returns += 1
         return self.replayed[0]
 
+    def abandon(self, grace: float) -> None:
+        """The run was cancelled and this call's thread did not finish within ``grace`` seconds."""
+        self.abandoned = True
+        self.run.executed.tool += 1
+        self.run.not_persisted += 1
+        self.run.log.warning(
+            "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
+            "result is not recorded and it runs again on a retry",
+            self.label,
+            grace,
+            time.monotonic() - self.started,
+        )
+
     def _finish(self) -> int:
         self.run.executed.tool += 1
         self.run.log.info("Durable: %s ran live in %.2f s", self.label, time.monotonic() - self.started)
         return self.run._model_steps
 
     def record_return(self, value: Any) -> None:
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
         step_number = self._finish()
         if self.key is None:
             return
@@ -702,6 +722,8 @@ class ToolStep:
 
     def record_failure(self, error: BaseException) -> None:
         """The tool ran and raised (or was cancelled): counted as executed; a retry runs it again."""
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
         self.run.executed.tool += 1
         # The run fails (if it does) because of this call, not because of the model answer that asked
         # for it: that answer must stay cached, or its other tool calls would happen again.
@@ -714,6 +736,8 @@ class ToolStep:
         )
 
     def record_raise(self, error: ModelRetry | ToolFailed) -> None:
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
         step_number = self._finish()
         if self.key is None:
             return
@@ -723,6 +747,8 @@ class ToolStep:
 
     def record_retry_signal(self, error: ToolRetryError) -> None:
         """A retry already in pydantic-ai's own form: stored as the part it sends the model, replayed as is."""
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
         step_number = self._finish()
         if self.key is None:
             return
