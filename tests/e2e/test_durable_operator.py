@@ -597,3 +597,69 @@ def test_a_sync_tool_that_finishes_within_the_grace_period_after_a_timeout_is_re
     assert dr.state == "failed"
     assert "did not finish within" not in out
     assert {path.name.split("-")[0] for path in files_under(cache_base)} == {"model", "tool"}
+
+
+# --- a cache left by an earlier DAG run with the same run_id (issue 8, item 2) ------------------------
+
+
+def _flaky_notify_dag(dag_id: str, fail: dict[str, bool]):
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    def notify_team(ticket_id: int) -> str:
+        """Notify the team."""
+        CALLS["notify_team"] += 1
+        if fail["now"]:
+            raise ConnectionError("chat API down")
+        return "posted"
+
+    with make_dag(dag_id, retries=0) as dag:
+        AgentOperator(
+            task_id="triage",
+            prompt="Triage ticket 42.",
+            model_id="test",
+            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
+            durable=True,
+        )
+    return dag
+
+
+WHEN = datetime(2026, 11, 22, 4, 0, tzinfo=__import__("datetime").timezone.utc)
+
+
+def test_a_dag_run_deleted_and_created_again_does_not_replay_the_old_runs_cache(capfd, cache_base):
+    fail = {"now": True}
+    dag = _flaky_notify_dag("e2e_recreated_run", fail)
+    first = run_dag(dag, logical_date=WHEN, run_after=WHEN)
+    capfd.readouterr()
+    assert first.state == "failed"
+    assert len(files_under(cache_base)) == 2, "try 1 left its model step and fetch_ticket"
+
+    fail["now"] = False
+    second = run_dag(dag, logical_date=WHEN, run_after=WHEN)  # deletes the run, creates it again
+    out = capfd.readouterr().out
+
+    assert second.run_id == first.run_id and second.state == "success"
+    assert task_states(second)[("triage", -1)] == ("success", 1)
+    assert CALLS == {"fetch_ticket": 2, "notify_team": 2}, "the new run's tools all ran"
+    warnings = re.findall(r"Durable: the cache at \S+ was left by an earlier run with the same ids.*", out)
+    assert len(warnings) == 1
+    assert "(2 steps by tries 1, written " in warnings[0]
+    assert "this is try 1 of a new run, so it is not replayed, and it is deleted" in warnings[0]
+    assert summaries(out) == [(0, 0, 0, 4, 2, 2)]
+
+
+def test_clearing_a_failed_task_resumes_from_its_cache(capfd, cache_base):
+    from tests.helpers.airflow_run import clear_and_rerun
+
+    fail = {"now": True}
+    dag = _flaky_notify_dag("e2e_cleared_task", fail)
+    dr = run_dag(dag)
+    capfd.readouterr()
+    assert dr.state == "failed"
+
+    fail["now"] = False
+    assert clear_and_rerun(dag, dr, "triage") == ("success", 2)
+    out = capfd.readouterr().out
+    assert "left by an earlier run" not in out
+    assert summaries(out) == [(2, 1, 1, 2, 1, 1)]
+    assert CALLS == {"fetch_ticket": 1, "notify_team": 2}

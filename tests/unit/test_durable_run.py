@@ -922,3 +922,41 @@ def test_a_retry_the_run_got_past_still_replays(harness):
     # answer that asked for notify (it failed the run with its retry), then the final answer.
     assert (run.replayed.model, run.replayed.tool) == (2, 2)
     assert (run.executed.model, run.executed.tool) == (2, 1)
+
+
+# --- whose cache is it (issue 8, item 2) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("try_number", "resuming", "attempts", "belongs"),
+    [
+        (1, False, [1], False),  # a run created again: its try 1 cannot have a cache of its own
+        (2, False, [1], True),  # a retry, a clear, another worker
+        (3, False, [1, 2], True),
+        (2, False, [1, 2], False),  # try 2 of a new run, after its try 1 failed before reading the cache
+        (1, True, [1], True),  # try 1 resuming from a deferral
+        (1, True, [2], False),
+        (0, False, [1], False),  # airflow tasks test
+    ],
+)
+def test_whose_cache_it_is_follows_the_try_numbers(try_number, resuming, attempts, belongs):
+    from airflow_pydantic_ai.durability import ThisTry, cache_belongs_to_this_dag_run
+    from airflow_pydantic_ai.durable.store import StepEntry
+
+    entries = {
+        f"tool-{index}.json": StepEntry(kind="tool", key=str(index), step=1, attempt=attempt, label="t", payload={})
+        for index, attempt in enumerate(attempts)
+    }
+    assert cache_belongs_to_this_dag_run(entries, ThisTry(try_number, resuming)) is belongs
+
+
+def test_a_cache_that_is_not_this_runs_is_deleted_with_one_warning(harness):
+    calls: dict[str, int] = {}
+    with pytest.raises(ConnectionError):
+        harness.run(counting_agent(calls, fail_on={"notify"}), "weather report")
+    log = RecordingLog()
+    run = DurableRun.open(harness.store(log), attempt=1, log=log, belongs=lambda entries: False)
+    assert run.entries == {}
+    [warning] = log.at("warning")
+    assert "was left by an earlier run with the same ids, since deleted (2 steps by tries 1, written " in warning
+    assert not harness.store(log).exists()

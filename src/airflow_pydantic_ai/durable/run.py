@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter
@@ -156,11 +157,16 @@ class DurableRun:
         contains_secret: Callable[[Any], bool] = _no_secrets,
         storage_errors: StorageErrors = "warn",
         reachable: bool = True,
+        belongs: Callable[[Mapping[str, StepEntry]], bool] | None = None,
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt.
 
         ``reachable=False`` (the start probe failed, ``durable_storage_errors = warn``): nothing is loaded,
         and writes are skipped until the store has had time to come back.
+
+        ``belongs`` decides, before anything else uses the loaded entries, whether they were written by
+        this run at all (and not by an earlier run that had the same ids and was deleted): when it says
+        no, they are not replayed, and the cache is deleted with a WARNING saying what it held.
         """
         run = cls(store=store, attempt=attempt, log=log, contains_secret=contains_secret, storage_errors=storage_errors)
         if not reachable:
@@ -181,6 +187,9 @@ class DurableRun:
                 describe_error(error),
             )
             return run
+        if loaded.entries and belongs is not None and not belongs(loaded.entries):
+            run._discard_earlier_run(loaded.entries)
+            return run
         run.entries = loaded.entries
         if any(entry.recorded_at is None for entry in loaded.entries.values()):
             # Release 0.1.0 wrote this cache: key the attempt as it did, so that its steps replay.
@@ -197,6 +206,32 @@ class DurableRun:
             loaded.bytes_read,
         )
         return run
+
+    def _discard_earlier_run(self, entries: Mapping[str, StepEntry]) -> None:
+        tries = sorted({entry.attempt for entry in entries.values()})
+        stamps = sorted(entry.recorded_at for entry in entries.values() if entry.recorded_at is not None)
+        if stamps:
+            first, last = (_utc(stamp) for stamp in (stamps[0], stamps[-1]))
+            written = f"written {first}" if first == last else f"written from {first} to {last}"
+        else:
+            written = "written by release 0.1.0, time unknown"
+        self.log.warning(
+            "Durable: the cache at %s was left by an earlier run with the same ids, since deleted (%d steps "
+            "by tries %s, %s); this is try %d of a new run, so it is not replayed, and it is deleted",
+            self.store.location,
+            len(entries),
+            ", ".join(map(str, tries)),
+            written,
+            self.attempt,
+        )
+        try:
+            self.store.clear()
+        except Exception as error:
+            self.log.error(
+                "Durable: could not delete %s (%s); its steps are ignored by this run",
+                self.store.location,
+                describe_error(error),
+            )
 
     # --- model steps ---------------------------------------------------------------------------
 
@@ -770,6 +805,10 @@ class ToolStep:
             recorded_at=time.time(),
         )
         self.run._persist(entry, self.label)
+
+
+def _utc(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def describe_error(error: BaseException) -> str:
