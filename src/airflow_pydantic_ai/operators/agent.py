@@ -121,13 +121,15 @@ class AgentOperator(BaseOperator):
     def execute(self, context: Any) -> Any:
         run: DurableRun | None = None
         try:
-            prompt = self._resolve_prompt(context)
-            agent = self.build_agent()
-            model = self._model() if self.agent is not None else None
             if self.durable:
                 from airflow_pydantic_ai.durability import start_durable_run
 
+                # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
+                # the prompt or the agent fails to build (try 2 could not tell it apart any more).
                 run = start_durable_run(context, log=self.log, cache_path=self.durable_cache_path)
+            prompt = self._resolve_prompt(context)
+            agent = self.build_agent()
+            model = self._model() if self.agent is not None else None
             output = _to_xcom(self._run_agent(agent, prompt, model, run).output)
             if run is not None:
                 # Delete the cache only once the result is safely pushed: a failure before this point
