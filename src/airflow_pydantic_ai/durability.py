@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.codec import iter_text
 from airflow_pydantic_ai.durable.run import describe_error
-from airflow_pydantic_ai.durable.store import make_private_folders
+from airflow_pydantic_ai.durable.store import StepEntry, make_private_folders
 
 __all__ = [
     "CONFIG_SECTION",
     "DurableConfigError",
+    "ThisTry",
+    "cache_belongs_to_this_dag_run",
     "default_cache_path",
     "resolve_cache_path",
     "retries_an_earlier_try",
@@ -254,6 +258,40 @@ def retries_an_earlier_try(ti: Any) -> bool:
     return try_number > 1 and max_tries != try_number - 1 + retries
 
 
+@dataclass(frozen=True)
+class ThisTry:
+    """What Airflow tells a running task about its place in its DAG run's history."""
+
+    try_number: int
+    resuming: bool = False
+    """Resuming from a deferral or a human-input wait: the same try as the one that started, which may
+    have recorded steps already (Airflow does not count a resume as a new try)."""
+
+    @classmethod
+    def of(cls, ti: Any) -> ThisTry:
+        server_context = getattr(ti, "_ti_context_from_server", None)
+        return cls(
+            try_number=int(getattr(ti, "try_number", 0) or 0),
+            resuming=bool(getattr(server_context, "next_method", None)),
+        )
+
+
+def cache_belongs_to_this_dag_run(entries: Mapping[str, StepEntry], this_try: ThisTry) -> bool:
+    """Whether a task instance's existing cache was written by this DAG run, not an earlier one with its run_id.
+
+    A DAG run deleted and created again (a person, the REST API, the scheduler re-creating a deleted
+    interval, ``dag.test()`` given an existing logical date) starts its task instances from try 1, and
+    nothing in the task context tells the two runs apart otherwise. Airflow numbers tries so that every
+    try of a task instance starts with a higher number than the tries before it: a retry, a clear of
+    the task or of the run (the scheduler adds one to the try number), a retry on another worker. So a
+    try can only find steps recorded by tries numbered below its own, or by itself when it resumes
+    from a deferral or a human-input wait. Any entry written by a try numbered the same or higher
+    (every entry, on try 1) was written by an earlier run.
+    """
+    latest_own_try = this_try.try_number if this_try.resuming else this_try.try_number - 1
+    return all(entry.attempt <= latest_own_try for entry in entries.values())
+
+
 def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) -> DurableRun:
     """Open the durable cache of the running task instance and start this try."""
     ti = context["ti"]
@@ -278,9 +316,11 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
             base_url,
         )
     reachable = _check_writable(store, storage_errors, log)
+    this_try = ThisTry.of(ti)
     return DurableRun.open(
         store,
-        attempt=int(getattr(ti, "try_number", 1) or 1),
+        attempt=this_try.try_number or 1,
+        belongs=lambda entries: cache_belongs_to_this_dag_run(entries, this_try),
         log=log,
         contains_secret=_secret_finder(),
         storage_errors=storage_errors,  # type: ignore[arg-type]

@@ -78,3 +78,83 @@ def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_p
     assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in out
     assert re.search(r"Durable: the replay saved 1 model requests \(101 input tokens, 10 output tokens\)", out)
     assert not list(tmp_path.rglob("*.json"))
+
+
+def _rate_limited_script(request: dict[str, Any]) -> dict[str, Any]:
+    """Answers an identical request identically (as a caching gateway would), but with a fresh
+    ``created`` second and response id, as every provider does."""
+    if not any(message.get("role") == "tool" for message in request["messages"]):
+        return {"tool_calls": [("fetch_ticket", {"ticket_id": 42}), ("notify_team", {"ticket_id": 42})]}
+    return {"content": "Ticket 42 triaged and the team notified."}
+
+
+def test_a_tool_retry_that_failed_try_1_is_not_replayed_over_the_real_client(monkeypatch, tmp_path, capfd):
+    """notify_team asks for a retry on try 1 with agent retries=0: try 1 fails, and try 2 must succeed as the
+    same task without durable does. The answer is asked again; its fetch_ticket call is the same call in the
+    same conversation (only the response's per-call stamps differ), so it replays instead of running twice."""
+    from airflow.sdk import DAG, get_current_context
+    from pydantic_ai import ModelRetry
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    calls: dict[str, int] = {}
+
+    def count(name: str) -> None:
+        key = f"{name}:{get_current_context()['ti'].task_id}"
+        calls[key] = calls.get(key, 0) + 1
+
+    def fetch_ticket(ticket_id: int) -> dict:
+        """Fetch a ticket."""
+        count("fetch_ticket")
+        return {"id": ticket_id, "title": "Login page times out"}
+
+    def notify_team(ticket_id: int) -> str:
+        """Notify the team; rate limited on the first try."""
+        count("notify_team")
+        if get_current_context()["ti"].try_number == 1:
+            raise ModelRetry("rate limited (HTTP 429)")
+        return "posted"
+
+    with ScriptedOpenAIServer(_rate_limited_script) as server:
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_LOCAL_OPENAI",
+            json.dumps(
+                {
+                    "conn_type": "pydantic_ai",
+                    "host": server.base_url,
+                    "password": "sk-test-key",
+                    "extra": {"model": "openai-chat:gpt-test"},
+                }
+            ),
+        )
+        monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
+        with DAG(
+            dag_id="e2e_openai_transient_retry",
+            schedule=None,
+            start_date=datetime(2026, 1, 1),
+            default_args={"retries": 1, "retry_delay": timedelta(0)},
+        ) as dag:
+            for task_id, durable in (("durable", True), ("plain", False)):
+                AgentOperator(
+                    task_id=task_id,
+                    prompt="Triage ticket 42 and tell the team.",
+                    llm_conn_id="local_openai",
+                    toolsets=[FunctionToolset([fetch_ticket, notify_team])],
+                    agent_params={"retries": 0},
+                    durable=durable,
+                )
+        dr = run_dag(dag)
+        out = capfd.readouterr().out
+
+    from tests.helpers.airflow_run import task_states
+
+    assert dr.state == "success"
+    states = task_states(dr)
+    assert states[("durable", -1)] == states[("plain", -1)] == ("success", 2)
+    assert xcom_value(dr, "durable") == xcom_value(dr, "plain") == "Ticket 42 triaged and the team notified."
+    assert calls["notify_team:durable"] == calls["notify_team:plain"] == 2
+    assert calls["fetch_ticket:plain"] == 2
+    assert calls["fetch_ticket:durable"] == 1, "the re-asked answer's other call replays"
+    # Try 1: one request. Try 2: the answer that failed is asked again, then the final answer.
+    assert "Durable: replayed 1 cached steps (0 model, 1 tool), executed 3 new steps (2 model, 1 tool)" in out
+    assert len(server.requests) == 6  # 3 per task

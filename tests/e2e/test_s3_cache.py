@@ -72,8 +72,8 @@ def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, mo
 
 
 def _worker(tmp_path: Path, name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    home = tmp_path / name
-    (home / "dags").mkdir(parents=True)
+    home = tmp_path / "airflow-home"  # one metadata DB, as workers of one deployment share it
+    (home / "dags").mkdir(parents=True, exist_ok=True)
     child_env = {
         **os.environ,
         **env,
@@ -101,7 +101,7 @@ def test_retry_on_another_worker_replays_from_the_shared_bucket(s3_bucket, tmp_p
         "TOOL_MARKER": str(marker),
     }
 
-    first = _worker(tmp_path, "worker-a", {**shared, "FAIL_NOTIFY": "1"})
+    first = _worker(tmp_path, "worker-a", {**shared, "FAIL_NOTIFY": "1", "WORKER_TRY": "1"})
     assert "WORKER RESULT" in first.stdout, first.stdout[-3000:] + first.stderr[-3000:]
     assert "state=failed" in first.stdout
     run_id = first.stdout.split("WORKER RESULT run_id=")[1].split()[0]
@@ -112,8 +112,10 @@ def test_retry_on_another_worker_replays_from_the_shared_bucket(s3_bucket, tmp_p
     assert sorted(entry["kind"] for entry in stored) == ["model", "tool"]
     assert all(entry["attempt"] == 1 for entry in stored)
 
-    second = _worker(tmp_path, "worker-b", shared)
-    assert f"WORKER RESULT run_id={run_id} state=success" in second.stdout, second.stdout[-3000:]
+    second = _worker(tmp_path, "worker-b", {**shared, "WORKER_TRY": "2"})
+    assert f"WORKER RESULT run_id={run_id} state=success try=2" in second.stdout, (
+        second.stdout[-3000:] + second.stderr[-3000:]
+    )
     assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in second.stdout
     calls = marker.read_text().splitlines()
     # fetch_ticket ran once, on worker A; notify_team ran on both (it failed on A).

@@ -93,3 +93,34 @@ def xcom_value(
                 raise KeyError(f"no XCom {key!r} for {dr.dag_id}.{task_id}[{map_index}] in {dr.run_id}")
             return default
         return XCom.deserialize_value(row)
+
+
+def clear_and_rerun(dag: DAG, dr: DagRun, task_id: str, map_index: int = -1) -> tuple[str | None, int]:
+    """Clear a finished task instance of ``dr`` (as the UI or ``airflow tasks clear`` do), then run its next
+    try in this process as the scheduler would: the try number goes up by one. Returns (state, try_number).
+
+    The DAG run is kept (``dag.test()`` would delete it and create a new one with the same run_id).
+    """
+    from airflow.models.taskinstance import TaskInstance, clear_task_instances
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+
+    query = select(TaskInstance).where(
+        TaskInstance.dag_id == dr.dag_id,
+        TaskInstance.run_id == dr.run_id,
+        TaskInstance.task_id == task_id,
+        TaskInstance.map_index == map_index,
+    )
+    with create_session() as session:
+        clear_task_instances([session.scalars(query).one()], session, dag_run_state=False)
+    with create_session() as session:
+        ti = session.scalars(query).one()
+        ti.try_number += 1
+        ti.state = TaskInstanceState.SCHEDULED
+        session.commit()
+        _run_task(ti=ti, task=dag.task_dict[task_id])
+    with create_session() as session:
+        ti = session.scalars(query).one()
+        return (str(ti.state) if ti.state is not None else None, ti.try_number)

@@ -1,8 +1,9 @@
 """One Airflow 'worker' in its own process: `python -m tests.helpers.worker` (run from the repo root).
 
-The parent sets AIRFLOW_HOME (its own, per worker), the S3 connection and the cache path in the
-environment. The DAG's logical date is fixed so that every worker computes the same run id, as two
-tries of one task instance would. ``FAIL_NOTIFY=1`` makes the notify tool fail, as on a first try;
+The parent sets AIRFLOW_HOME (the metadata DB the workers share), the S3 connection and the cache path in
+the environment. ``WORKER_TRY=1`` creates the DB and runs the DAG (try 1); ``WORKER_TRY=2`` runs the next
+try of the same task instance in the same DAG run, as the scheduler does after a clear or on a retry
+sent to another worker. ``FAIL_NOTIFY=1`` makes the notify tool fail, as on a first try;
 ``TOOL_MARKER`` is a file each tool appends a line to whenever it really runs.
 """
 
@@ -37,11 +38,13 @@ def main() -> None:
     from airflow.sdk import DAG
     from airflow.utils.db import resetdb
     from pydantic_ai.toolsets import FunctionToolset
-    from tests.helpers.airflow_run import run_dag
+    from tests.helpers.airflow_run import clear_and_rerun, run_dag
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    resetdb()
+    first_try = os.environ.get("WORKER_TRY", "1") == "1"
+    if first_try:
+        resetdb()
     with DAG(
         dag_id="cross_worker.dag-1",
         schedule=None,
@@ -56,8 +59,17 @@ def main() -> None:
             toolsets=[FunctionToolset([fetch_ticket, notify_team])],
             durable=True,
         )
-    dr = run_dag(dag, logical_date=LOGICAL_DATE, run_after=LOGICAL_DATE)
-    print(f"WORKER RESULT run_id={dr.run_id} state={dr.state}", flush=True)
+    if first_try:
+        dr = run_dag(dag, logical_date=LOGICAL_DATE, run_after=LOGICAL_DATE)
+        print(f"WORKER RESULT run_id={dr.run_id} state={dr.state}", flush=True)
+        return
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dr = session.query(DagRun).filter(DagRun.dag_id == dag.dag_id).one()
+    state, try_number = clear_and_rerun(dag, dr, "triage.ticket-42")
+    print(f"WORKER RESULT run_id={dr.run_id} state={state} try={try_number}", flush=True)
 
 
 if __name__ == "__main__":

@@ -55,3 +55,46 @@ def test_cache_written_by_0_1_0_replays_every_step(tmp_path: Path) -> None:
         "Durable: replayed 7 cached steps (3 model, 4 tool), executed 0 new steps (0 model, 0 tool)",
     ) in log.lines
     assert not [line for level, line in log.lines if level in ("warning", "error")]
+
+
+def test_a_0_1_0_cache_of_a_provider_that_stamps_its_answers_replays_every_step(tmp_path: Path) -> None:
+    """0.1.0 digested ``provider_details['timestamp']`` (OpenAI's ``created`` second); a cache it wrote is keyed
+    that way, so an attempt that loads one keys its steps the same way and replays them all."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from airflow_pydantic_ai.durable.fingerprint import MessageDigests
+
+    stamps = iter(range(1_800_000_000, 1_900_000_000, 7))
+    calls: list[str] = []
+
+    def stamped(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        created = datetime.fromtimestamp(next(stamps), tz=UTC)
+        parts: list = [TextPart("done")] if len(messages) > 1 else [ToolCallPart("lookup", {}, tool_call_id="c1")]
+        return ModelResponse(parts=parts, provider_details={"timestamp": created})
+
+    agent: Agent[None, str] = Agent(FunctionModel(stamped))
+
+    @agent.tool_plain
+    def lookup() -> str:
+        calls.append("lookup")
+        return "found"
+
+    def store(log: RecordingLog) -> StepStore:
+        return StepStore.for_task(fsspec.filesystem("file"), str(tmp_path), f"file://{tmp_path}", IDENTITY)
+
+    first = DurableRun.open(store(RecordingLog()), attempt=1, log=RecordingLog())
+    first._digests = MessageDigests(keep_response_timestamps=True)  # as 0.1.0 keyed them
+    agent.run_sync("go", capabilities=[DurableCapability(first)])
+    for entry in store(RecordingLog()).load().entries.values():  # as 0.1.0 wrote them: no recorded_at
+        store(RecordingLog()).put(replace(entry, recorded_at=None, role=None, call_id=None))
+
+    log = RecordingLog()
+    second = DurableRun.open(store(log), attempt=2, log=log)
+    assert agent.run_sync("go", capabilities=[DurableCapability(second)]).output == "done"
+    assert calls == ["lookup"]
+    assert (second.replayed.model, second.replayed.tool, second.executed.total) == (2, 1, 0)

@@ -73,7 +73,7 @@ class Harness:
         try:
             result = agent.run_sync(prompt, capabilities=[DurableCapability(run)], **kwargs)
         except UnexpectedModelBehavior:
-            run.forget_last_model_step()
+            run.forget_what_failed()
             raise
         finally:
             run.log_summary()
@@ -720,8 +720,14 @@ def test_python_logging_logger_works(harness, caplog):
     assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 1 new steps (1 model, 0 tool)" in caplog.text
 
 
-def test_sync_tool_still_running_when_a_sibling_fails_is_recorded(harness):
+@pytest.mark.parametrize("seconds", [0.3, 2.5], ids=["short", "longer-than-the-grace-of-a-cancelled-run"])
+def test_sync_tool_still_running_when_a_sibling_fails_is_recorded(harness, seconds):
+    """Only a run cancelled as a whole (a timeout) bounds the wait: a sibling's failure never does."""
     import time
+
+    from airflow_pydantic_ai.durable.toolset import CANCELLED_RUN_GRACE
+
+    assert seconds < 0.5 or seconds > CANCELLED_RUN_GRACE
 
     calls: dict[str, int] = {"slow": 0, "fails": 0}
 
@@ -739,7 +745,7 @@ def test_sync_tool_still_running_when_a_sibling_fails_is_recorded(harness):
 
     @agent.tool_plain
     def slow_side_effect() -> str:
-        time.sleep(0.3)  # still running when the sibling fails
+        time.sleep(seconds)  # still running when the sibling fails
         calls["slow"] += 1
         return "charged the card"
 
@@ -837,3 +843,174 @@ def test_only_a_retry_takes_a_recorded_output(try_number, max_tries, retries, is
 
     ti = SimpleNamespace(try_number=try_number, max_tries=max_tries, task=SimpleNamespace(retries=retries))
     assert retries_an_earlier_try(ti) is is_retry
+
+
+# --- an outcome that made the run fail is never replayed (issue 8, item 1) ---------------------------
+
+
+@dataclass
+class Transient:
+    """Fails (asks for a retry) on the first attempt only, as a rate-limited API does."""
+
+    calls: list[int] = field(default_factory=list)
+    harness: Harness | None = None
+
+    def hit(self) -> bool:
+        """Record a call; True when it should fail (attempt 1)."""
+        assert self.harness is not None
+        self.calls.append(self.harness.attempt)
+        return self.harness.attempt == 1
+
+
+def _deterministic_tool_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Asks for the same call with the same id every time, then answers once a tool result is in."""
+    if any(part.part_kind == "tool-return" for message in messages for part in message.parts):
+        return ModelResponse(parts=[TextPart("notified")])
+    return ModelResponse(parts=[ToolCallPart("notify", {"channel": "ops"}, tool_call_id="call-1")])
+
+
+def _transient_agent(source: str, transient: Transient) -> Agent[Any, Any]:
+    """An agent with ``retries=0`` whose ``source`` asks for a retry on attempt 1 only."""
+    from pydantic_ai import TextOutput, ToolOutput
+
+    if source in ("tool-testmodel", "tool-functionmodel"):
+        model: Any = TestModel() if source == "tool-testmodel" else FunctionModel(_deterministic_tool_model)
+        agent: Agent[Any, Any] = Agent(model, retries=0)
+
+        @agent.tool_plain
+        def notify(channel: str) -> str:
+            if transient.hit():
+                raise ModelRetry("rate limited (HTTP 429)")
+            return "sent"
+
+        return agent
+
+    def publish(text: str) -> str:
+        if transient.hit():
+            raise ModelRetry("store busy, try again")
+        return f"published {text}"
+
+    if source == "output-function":
+        return Agent(TestModel(), output_type=ToolOutput(publish), retries=0)
+    if source == "text-output-function":  # pydantic-ai wraps this retry itself: a ToolRetryError
+        return Agent(TestModel(custom_output_text="draft"), output_type=TextOutput(publish), retries=0)
+    assert source == "output-validator"
+    agent = Agent(TestModel(custom_output_text="draft"), retries=0)
+
+    @agent.output_validator
+    def check(output: str) -> str:
+        if transient.hit():
+            raise ModelRetry("validation service busy")
+        return output
+
+    return agent
+
+
+@pytest.mark.parametrize(
+    "source", ["tool-testmodel", "tool-functionmodel", "output-function", "text-output-function", "output-validator"]
+)
+def test_a_transient_retry_that_failed_the_run_is_not_replayed(harness, source):
+    transient = Transient(harness=harness)
+    agent = _transient_agent(source, transient)
+    with pytest.raises(UnexpectedModelBehavior, match=r"(?i)max"):
+        harness.run(agent, "go")
+    assert any("removed from the cache so a retry asks again" in line for line in harness.logs[-1].at("info"))
+
+    result, _run, log = harness.run(agent, "go")
+
+    assert transient.calls == [1, 2], "attempt 2 runs what failed live, once"
+    assert result.output == Agent.run_sync(agent, "go").output, "the same output as a run without durable"
+    assert not log.at("warning")
+
+
+def test_without_durable_the_same_agent_recovers_on_a_second_run():
+    """The reference behaviour the durable runs above must match."""
+    harness = Harness(base="unused")
+    transient = Transient(harness=harness)
+    agent = _transient_agent("tool-functionmodel", transient)
+    harness.attempt = 1
+    with pytest.raises(UnexpectedModelBehavior):
+        agent.run_sync("go")
+    harness.attempt = 2
+    assert agent.run_sync("go").output == "notified"
+
+
+def test_a_retry_the_run_got_past_still_replays(harness):
+    """A lookup asked for one retry and then answered; a later tool exhausted its retries. On attempt 2
+    the lookup's retry and its answer replay, and only the call that failed runs again."""
+    lookups: list[int] = []
+    notified: list[int] = []
+
+    script = [("lookup", "l1"), ("lookup", "l2"), ("notify", "n1")]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answered = sum(isinstance(message, ModelResponse) for message in messages)
+        if answered < len(script):
+            name, call_id = script[answered]
+            return ModelResponse(parts=[ToolCallPart(name, {"q": "ticket 42"}, tool_call_id=call_id)])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model), retries=0)
+
+    @agent.tool_plain(retries=1)
+    def lookup(q: str) -> str:
+        lookups.append(harness.attempt)
+        if len(lookups) == 1:
+            raise ModelRetry("index warming up")
+        return "found"
+
+    @agent.tool_plain
+    def notify(q: str) -> str:
+        notified.append(harness.attempt)
+        if harness.attempt == 1:
+            raise ModelRetry("rate limited (HTTP 429)")
+        return "sent"
+
+    with pytest.raises(UnexpectedModelBehavior):
+        harness.run(agent, "go")
+    result, run, _log = harness.run(agent, "go")
+    assert result.output == "done"
+    assert lookups == [1, 1], "the lookup's retry and its answer replay"
+    assert notified == [1, 2]
+    # Replayed: the answers asking for the lookup (twice), its retry and its return. Asked again: the
+    # answer that asked for notify (it failed the run with its retry), then the final answer.
+    assert (run.replayed.model, run.replayed.tool) == (2, 2)
+    assert (run.executed.model, run.executed.tool) == (2, 1)
+
+
+# --- whose cache is it (issue 8, item 2) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("try_number", "resuming", "attempts", "belongs"),
+    [
+        (1, False, [1], False),  # a run created again: its try 1 cannot have a cache of its own
+        (2, False, [1], True),  # a retry, a clear, another worker
+        (3, False, [1, 2], True),
+        (2, False, [1, 2], False),  # try 2 of a new run, after its try 1 failed before reading the cache
+        (1, True, [1], True),  # try 1 resuming from a deferral
+        (1, True, [2], False),
+        (0, False, [1], False),  # airflow tasks test
+    ],
+)
+def test_whose_cache_it_is_follows_the_try_numbers(try_number, resuming, attempts, belongs):
+    from airflow_pydantic_ai.durability import ThisTry, cache_belongs_to_this_dag_run
+    from airflow_pydantic_ai.durable.store import StepEntry
+
+    entries = {
+        f"tool-{index}.json": StepEntry(kind="tool", key=str(index), step=1, attempt=attempt, label="t", payload={})
+        for index, attempt in enumerate(attempts)
+    }
+    assert cache_belongs_to_this_dag_run(entries, ThisTry(try_number, resuming)) is belongs
+
+
+def test_a_cache_that_is_not_this_runs_is_deleted_with_one_warning(harness):
+    calls: dict[str, int] = {}
+    with pytest.raises(ConnectionError):
+        harness.run(counting_agent(calls, fail_on={"notify"}), "weather report")
+    log = RecordingLog()
+    run = DurableRun.open(harness.store(log), attempt=1, log=log, belongs=lambda entries: False)
+    assert run.entries == {}
+    [warning] = log.at("warning")
+    assert "was left by an earlier run with the same ids, since deleted (2 steps by tries 1, written " in warning
+    assert not harness.store(log).exists()

@@ -160,3 +160,33 @@ def test_response_text_in_history_matters():
     messages = conversation()
     changed = [*messages[:1], ModelResponse(parts=[TextPart("other")]), messages[2]]
     assert fp(messages).digest != fp(changed).digest
+
+
+def _answered(created: datetime, **details: object) -> list:
+    """The conversation after an answer stamped by the provider as OpenAI's client stamps it."""
+    messages = conversation()
+    answer = messages[1]
+    stamped = ModelResponse(
+        parts=answer.parts,
+        timestamp=created,
+        provider_response_id=f"chatcmpl-{created.timestamp()}",
+        provider_details={"finish_reason": "tool_calls", "timestamp": created, **details},
+    )
+    return [messages[0], stamped, messages[2]]
+
+
+def test_the_providers_creation_second_does_not_change_the_fingerprint():
+    """OpenAI's ``created`` (``provider_details['timestamp']``) changes every second; an answer asked again
+    that is otherwise identical must key the same steps, or its other tool calls would run twice."""
+    assert fp(_answered(T1)).digest == fp(_answered(T2)).digest
+    memo_a, memo_b = MessageDigests(), MessageDigests()
+    assert memo_a.conversation(_answered(T1)[:2]) == memo_b.conversation(_answered(T2)[:2])
+    # Other provider details can reach the provider again (a container id...): they still count.
+    assert fp(_answered(T1, container_id="a")).digest != fp(_answered(T1, container_id="b")).digest
+
+
+def test_caches_of_0_1_0_are_keyed_with_the_creation_second_as_they_were_written():
+    legacy = MessageDigests(keep_response_timestamps=True)
+    assert legacy.conversation(_answered(T1)) != MessageDigests(keep_response_timestamps=True).conversation(
+        _answered(T2)
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,11 @@ class DurableCapability(AbstractCapability[Any]):
         # Innermost: closest to the real model and tools, so other capabilities' wrappers see replays
         # exactly as they would see live answers.
         return CapabilityOrdering(position="innermost")
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
+        # The task the run lives in: cancelled as a whole (a timeout), it bounds the wait for tool threads.
+        self.run.run_task = asyncio.current_task()
+        return await handler()
 
     def get_wrapper_model(self, model: Model) -> Model | None:
         if isinstance(model, CachingModel):

@@ -64,6 +64,10 @@ _VOLATILE_MESSAGE_FIELDS = frozenset(
     }
 )
 _VOLATILE_PART_FIELDS = frozenset({"timestamp"})
+_VOLATILE_PROVIDER_DETAILS = frozenset({"timestamp"})
+"""Keys of a response's ``provider_details`` that stamp one call: the provider's creation time (OpenAI's
+``created``, to the second). Never sent back to the provider; keeping it would make the key of every
+step after a re-asked answer depend on the clock."""
 # Tool definition fields that stay on our side: the provider never sees them.
 _LOCAL_TOOL_FIELDS = frozenset({"metadata", "timeout", "toolset_id", "capability_id"})
 _OUTPUT_PARAMS = (
@@ -157,13 +161,16 @@ class _MessageDigest:
         return digest(self.user_prompt, self.other)
 
 
-def _digest_message(message: ModelMessage) -> _MessageDigest:
+def _digest_message(message: ModelMessage, *, keep_response_timestamps: bool = False) -> _MessageDigest:
     try:
         data = _MESSAGE_ADAPTER.dump_python(message, mode="json")
     except Exception as error:
         raise FingerprintError(f"cannot serialize a {type(message).__name__}: {error}") from error
     run_id = data.get("run_id")
     data = _strip(data, _VOLATILE_MESSAGE_FIELDS)
+    details = data.get("provider_details")
+    if isinstance(details, dict) and not keep_response_timestamps and _VOLATILE_PROVIDER_DETAILS & details.keys():
+        data["provider_details"] = _strip(details, _VOLATILE_PROVIDER_DETAILS)
     parts = [_strip(part, _VOLATILE_PART_FIELDS) for part in data.get("parts", [])]
     data["parts"] = parts
     system: list[Any] = []
@@ -243,6 +250,8 @@ class MessageDigests:
     cost of its new messages.
     """
 
+    keep_response_timestamps: bool = False
+    """Digest a response's ``provider_details['timestamp']`` too, as release 0.1.0 did (to replay its caches)."""
     _by_id: dict[int, tuple[ModelMessage, Any, _MessageDigest]] = field(default_factory=dict)
     _prefix: list[ModelMessage] = field(default_factory=list)
     _prefix_parts: list[Any] = field(default_factory=list)
@@ -252,7 +261,7 @@ class MessageDigests:
         known = self._by_id.get(id(message))
         if known is not None and known[0] is message and known[1] is message.parts:
             return known[2]
-        computed = _digest_message(message)
+        computed = _digest_message(message, keep_response_timestamps=self.keep_response_timestamps)
         self._by_id[id(message)] = (message, message.parts, computed)
         return computed
 

@@ -13,10 +13,12 @@ ids or gives the same answer to a changed request.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter
@@ -143,11 +145,13 @@ class DurableRun:
     _diverged: bool = field(default=False, repr=False)
     _failed_closed: bool = field(default=False, repr=False)
     """A request could not be fingerprinted: nothing after it can ever match, so nothing is looked up or stored."""
-    _last_model_entries: list[str] = field(default_factory=list, repr=False)
+    _last_answer: _LastAnswer = field(default_factory=lambda: _LastAnswer(), repr=False)
     _failed_request: _FailedRequest | None = field(default=None, repr=False)
     _pending_tool_replays: int = field(default=0, repr=False)
     _replayed_tool_returns: int = field(default=0, repr=False)
     """Replayed successful function-tool calls: what pydantic-ai counts in ``usage.tool_calls``."""
+    run_task: asyncio.Task[Any] | None = field(default=None, repr=False)
+    """The asyncio task of the agent run (set when it starts): a cancelled run stops waiting for tool threads."""
     _failed_writes_in_a_row: int = field(default=0, repr=False)
     _skip_writes_until: float = field(default=0.0, repr=False)
     _storage_error: str = field(default="", repr=False)
@@ -167,11 +171,16 @@ class DurableRun:
         storage_errors: StorageErrors = "warn",
         reachable: bool = True,
         takes_recorded_output: bool = True,
+        belongs: Callable[[Mapping[str, StepEntry]], bool] | None = None,
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt.
 
         ``reachable=False`` (the start probe failed, ``durable_storage_errors = warn``): nothing is loaded,
         and writes are skipped until the store has had time to come back.
+
+        ``belongs`` decides, before anything else uses the loaded entries, whether they were written by
+        this run at all (and not by an earlier run that had the same ids and was deleted): when it says
+        no, they are not replayed, and the cache is deleted with a WARNING saying what it held.
         """
         run = cls(
             store=store,
@@ -199,7 +208,13 @@ class DurableRun:
                 describe_error(error),
             )
             return run
+        if loaded.entries and belongs is not None and not belongs(loaded.entries):
+            run._discard_earlier_run(loaded.entries)
+            return run
         run.entries = loaded.entries
+        if any(entry.recorded_at is None for entry in loaded.entries.values()):
+            # Release 0.1.0 wrote this cache: key the attempt as it did, so that its steps replay.
+            run._digests = MessageDigests(keep_response_timestamps=True)
         for entry in loaded.entries.values():
             if entry.kind != "model":
                 continue
@@ -212,6 +227,32 @@ class DurableRun:
             loaded.bytes_read,
         )
         return run
+
+    def _discard_earlier_run(self, entries: Mapping[str, StepEntry]) -> None:
+        tries = sorted({entry.attempt for entry in entries.values()})
+        stamps = sorted(entry.recorded_at for entry in entries.values() if entry.recorded_at is not None)
+        if stamps:
+            first, last = (_utc(stamp) for stamp in (stamps[0], stamps[-1]))
+            written = f"written {first}" if first == last else f"written from {first} to {last}"
+        else:
+            written = "written by release 0.1.0, time unknown"
+        self.log.warning(
+            "Durable: the cache at %s was left by an earlier run with the same ids, since deleted (%d steps "
+            "by tries %s, %s); this is try %d of a new run, so it is not replayed, and it is deleted",
+            self.store.location,
+            len(entries),
+            ", ".join(map(str, tries)),
+            written,
+            self.attempt,
+        )
+        try:
+            self.store.clear()
+        except Exception as error:
+            self.log.error(
+                "Durable: could not delete %s (%s); its steps are ignored by this run",
+                self.store.location,
+                describe_error(error),
+            )
 
     # --- model steps ---------------------------------------------------------------------------
 
@@ -226,8 +267,8 @@ class DurableRun:
         self._model_steps += 1
         number = self._model_steps
         label = f"{model.system}:{model.model_name}"
-        # Only the answer to *this* request can be the one that makes the run fail (see forget_last_model_step).
-        self._last_model_entries = []
+        # Only the answer to *this* request, and the retries it draws, can make the run fail (see forget_what_failed).
+        self._last_answer = _LastAnswer(number=number)
         self._pending_tool_replays = 0
         failed, self._failed_request = self._failed_request, None
         if self._failed_closed:
@@ -474,21 +515,32 @@ class DurableRun:
             self.retry_storage_after,
         )
 
-    def forget_last_model_step(self) -> None:
-        """Drop the last model answer of this attempt (it made the run fail) so a retry asks again."""
-        if not self._last_model_entries:
+    def forget_what_failed(self) -> None:
+        """The run ended in ``UnexpectedModelBehavior`` (retries exhausted): remove what made it fail.
+
+        That is the last model answer of this attempt together with every retry outcome its calls drew
+        (a tool's or an output function's ``ModelRetry``, a ``ToolRetryError``), recorded or replayed:
+        replaying any of them would fail the retry the same way, even when the cause was transient. What
+        the run got past stays: earlier answers and retries, and the answer's calls that returned. When a
+        call of that answer raised an exception that is never recorded, that call ended the run, and
+        nothing is removed.
+        """
+        last = self._last_answer
+        if last.failed_call or not (last.model_entries or last.retry_entries):
             return
-        for name in self._last_model_entries:
+        for name in [*last.model_entries, *last.retry_entries]:
             self.entries.pop(name, None)
             try:
                 self.store.remove(name)
             except Exception as error:
                 self.log.error("Durable: could not delete %s%s: %s", self.store.location, name, describe_error(error))
                 return
-        else:
-            self.log.info(
-                "Durable: the last model answer made the run fail; it was removed from the cache so a retry asks again"
-            )
+        what = [f"model step {last.number}'s answer"] if last.model_entries else []
+        what += [f"the {outcome} of {label}" for label, outcome in last.retry_labels]
+        self.log.info(
+            "Durable: the run failed on %s; removed from the cache so a retry asks again instead of replaying it",
+            _join(what),
+        )
 
     # --- reporting -----------------------------------------------------------------------------
 
@@ -619,6 +671,28 @@ class DurableRun:
         return adjusted
 
 
+@dataclass
+class _LastAnswer:
+    """The model answer an attempt is on, and the retries its calls drew: what a run that exhausts its
+    retries failed on (see :meth:`DurableRun.forget_what_failed`)."""
+
+    number: int = 0
+    model_entries: list[str] = field(default_factory=list)
+    """The answer's entries (more than one when a fallback stored it under the failed tries' keys too)."""
+    retry_entries: list[str] = field(default_factory=list)
+    retry_labels: list[tuple[str, str]] = field(default_factory=list)
+    failed_call: bool = False
+    """A call raised an exception that is never recorded: that, not the answer, ended the run."""
+
+    def drew_retry(self, entry_name: str, label: str, outcome: str) -> None:
+        self.retry_entries.append(entry_name)
+        self.retry_labels.append((label, outcome))
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 @dataclass(frozen=True)
 class _FailedRequest:
     conversation: str
@@ -656,7 +730,7 @@ class ModelStep:
         run.replayed.model += 1
         run.saved_input_tokens += int(self.replayed_usage.get("input_tokens") or 0)
         run.saved_output_tokens += int(self.replayed_usage.get("output_tokens") or 0)
-        run._last_model_entries = [self.entry_name]
+        run._last_answer.model_entries = [self.entry_name]
         run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
         return self.replayed
 
@@ -709,11 +783,11 @@ class ModelStep:
             recorded_at=time.time(),
         )
         what = f"model step {self.number} ({self.label})"
-        run._last_model_entries = [entry.name]
+        run._last_answer.model_entries = [entry.name]
         run._persist(entry, what)
         for alias in self.aliases:
             copy = replace(entry, key=alias)
-            run._last_model_entries.append(copy.name)
+            run._last_answer.model_entries.append(copy.name)
             run._persist(copy, f"{what} (also as the try that failed before it)")
 
 
@@ -731,6 +805,8 @@ class ToolStep:
     replayed: tuple[Any] | None = None
     replayed_error: Exception | None = None
     started: float = field(default_factory=time.monotonic)
+    abandoned: bool = False
+    """The run ended before this live call did: whatever it returns later is not recorded."""
 
     @property
     def entry_name(self) -> str:
@@ -745,11 +821,26 @@ class ToolStep:
         self.run.replayed.tool += 1
         self.run.log.info("Durable: %s replayed from the cache", self.label)
         if self.replayed_error is not None:
+            if not isinstance(self.replayed_error, ToolFailed):  # a retry: it may be what makes the run fail
+                self.run._last_answer.drew_retry(self.entry_name, self.label, type(self.replayed_error).__name__)
             raise self.replayed_error
         assert self.replayed is not None
         if self.is_tool:
             self.run._replayed_tool_returns += 1
         return self.replayed[0]
+
+    def abandon(self, grace: float) -> None:
+        """The run was cancelled and this call's thread did not finish within ``grace`` seconds."""
+        self.abandoned = True
+        self.run.executed.tool += 1
+        self.run.not_persisted += 1
+        self.run.log.warning(
+            "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
+            "result is not recorded and it runs again on a retry",
+            self.label,
+            grace,
+            time.monotonic() - self.started,
+        )
 
     def _finish(self) -> int:
         self.run.executed.tool += 1
@@ -757,6 +848,8 @@ class ToolStep:
         return self.run._model_steps
 
     def record_return(self, value: Any) -> None:
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
         step_number = self._finish()
         if self.key is None:
             return
@@ -770,10 +863,12 @@ class ToolStep:
 
     def record_failure(self, error: BaseException) -> None:
         """The tool ran and raised (or was cancelled): counted as executed; a retry runs it again."""
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
         self.run.executed.tool += 1
         # The run fails (if it does) because of this call, not because of the model answer that asked
         # for it: that answer must stay cached, or its other tool calls would happen again.
-        self.run._last_model_entries = []
+        self.run._last_answer.failed_call = True
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and runs again on a retry",
             self.label,
@@ -782,17 +877,24 @@ class ToolStep:
         )
 
     def record_raise(self, error: ModelRetry | ToolFailed) -> None:
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
         step_number = self._finish()
         if self.key is None:
             return
+        if isinstance(error, ModelRetry):  # ToolFailed costs no retry: it can never exhaust them
+            self.run._last_answer.drew_retry(self.entry_name, self.label, "ModelRetry")
         self._write(step_number, {"outcome": type(error).__name__, "message": error.message})
 
     def record_retry_signal(self, error: ToolRetryError) -> None:
         """A retry already in pydantic-ai's own form: stored as the part it sends the model, replayed as is."""
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
         step_number = self._finish()
         if self.key is None:
             return
         part = _RETRY_PART.dump_python(error.tool_retry, mode="json")
+        self.run._last_answer.drew_retry(self.entry_name, self.label, "ToolRetryError")
         self._write(step_number, {"outcome": "ToolRetryError", "part": part})
 
     def _write(self, step_number: int, payload: dict[str, Any]) -> None:
@@ -809,6 +911,10 @@ class ToolStep:
             recorded_at=time.time(),
         )
         self.run._persist(entry, self.label)
+
+
+def _utc(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def describe_error(error: BaseException) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,9 +17,15 @@ from pydantic_ai.toolsets.wrapper import WrapperToolset
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.run import DurableRun, ToolStep
 
-__all__ = ["CachingToolset", "recorded"]
+__all__ = ["CANCELLED_RUN_GRACE", "CachingToolset", "recorded"]
 
 _RECORDED_ERRORS = (ModelRetry, ToolFailed)
+
+CANCELLED_RUN_GRACE = 2.0
+"""Seconds a synchronous tool still has to finish once the whole run is cancelled (Airflow's
+``execution_timeout``, a SIGTERM, Ctrl-C): its result is recorded if it comes within them; after
+them the run ends and the tool's thread is left to finish on its own, unrecorded."""
+_POLL = 0.1
 
 
 @dataclass
@@ -30,7 +37,9 @@ class CachingToolset(WrapperToolset[Any]):
 
     When a sibling tool call fails, pydantic-ai cancels the calls still running. A synchronous tool
     runs in a thread that cannot be interrupted, so its side effect happens anyway: its result is
-    still recorded when the thread finishes, so that the retry does not repeat it.
+    still recorded when the thread finishes, so that the retry does not repeat it. When the whole run
+    is cancelled (the task's ``execution_timeout``), the wait is bounded by :data:`CANCELLED_RUN_GRACE`:
+    the task ends when Airflow says, and a result that did not come in time is not recorded.
     """
 
     run: DurableRun | None = None
@@ -45,7 +54,7 @@ class CachingToolset(WrapperToolset[Any]):
             return step.replay()
         call = self.wrapped.call_tool(name, tool_args, ctx, tool)
         if _runs_in_a_thread(tool):
-            return await _recorded_even_if_cancelled(step, call)
+            return await _recorded_even_if_cancelled(step, call, self.run.run_task)
         return await recorded(step, call)
 
 
@@ -76,14 +85,31 @@ async def recorded(step: ToolStep, call: Awaitable[Any]) -> Any:
     return result
 
 
-async def _recorded_even_if_cancelled(step: ToolStep, call: Awaitable[Any]) -> Any:
+async def _recorded_even_if_cancelled(step: ToolStep, call: Awaitable[Any], run_task: asyncio.Task[Any] | None) -> Any:
     task = asyncio.ensure_future(recorded(step, call))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        # The thread runs to its end whatever happens here; wait for it so its result is recorded.
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait({task})
-        if not task.cancelled():
-            task.exception()  # retrieved: the cancellation below is what propagates
+        await _wait_for_thread(step, task, run_task)
         raise
+
+
+async def _wait_for_thread(step: ToolStep, task: asyncio.Future[Any], run_task: asyncio.Task[Any] | None) -> None:
+    """Wait for a cancelled call's thread so its result is recorded: while only this call is cancelled (a
+    sibling failed), as long as it takes; once the whole run is cancelled, for the grace period only."""
+    run_cancelled_at: float | None = None
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            if run_cancelled_at is None and _is_cancelled(run_task):
+                run_cancelled_at = time.monotonic()
+            if run_cancelled_at is not None and time.monotonic() - run_cancelled_at >= CANCELLED_RUN_GRACE:
+                step.abandon(CANCELLED_RUN_GRACE)
+                return
+            await asyncio.wait({task}, timeout=_POLL)
+    if not task.cancelled():
+        task.exception()  # retrieved: the cancellation is what propagates
+
+
+def _is_cancelled(run_task: asyncio.Task[Any] | None) -> bool:
+    """Whether the agent run as a whole is being cancelled (unknown counts as yes: never wait unbounded)."""
+    return run_task is None or run_task.done() or run_task.cancelling() > 0

@@ -123,17 +123,19 @@ class AgentOperator(BaseOperator):
     def execute(self, context: Any) -> Any:
         run: DurableRun | None = None
         try:
-            prompt = self._resolve_prompt(context)
-            agent = self.build_agent()
-            model = self._model() if self.agent is not None else None
             if self.durable:
                 from airflow_pydantic_ai.durability import start_durable_run
 
+                # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
+                # the prompt or the agent fails to build (try 2 could not tell it apart any more).
                 run = start_durable_run(context, log=self.log, cache_path=self.durable_cache_path)
                 recorded = run.recorded_output()
                 if recorded is not None:
                     # The previous try finished and was killed before Airflow recorded its success.
                     return self._complete(context, run, recorded.value)
+            prompt = self._resolve_prompt(context)
+            agent = self.build_agent()
+            model = self._model() if self.agent is not None else None
             output = _to_xcom(self._run_agent(agent, prompt, model, run).output)
             return self._complete(context, run, output)
         finally:
@@ -194,8 +196,8 @@ class AgentOperator(BaseOperator):
                 capabilities=[DurableCapability(run)],
             )
         except UnexpectedModelBehavior:
-            # The model's last answer exhausted its retries: replaying it would fail the same way.
-            run.forget_last_model_step()
+            # Retries ran out: what failed (the last answer, the retries it drew) would fail the same way on replay.
+            run.forget_what_failed()
             raise
 
 
