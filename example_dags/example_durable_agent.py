@@ -9,7 +9,7 @@ only ``notify_team`` runs again.
 differs from the recorded one: the task log warns that the user prompt changed, and the model and
 its tools run live.
 
-``summarize_ticket`` is the same kind of agent written with the ``@task.agent`` decorator.
+``summarize_ticket`` is the same kind of agent written with the ``@task.pydantic_ai`` decorator.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ with DAG(
     )
 
     # [START howto_decorator_agent]
-    @task.agent(model_id="test", system_prompt="Summarize support tickets in one line.", durable=True)
+    @task.pydantic_ai(model_id="test", system_prompt="Summarize support tickets in one line.", durable=True)
     def summarize_ticket(ticket_id: int) -> str:
         return f"Summarize ticket {ticket_id}."
 
