@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
@@ -46,9 +46,16 @@ class AgentOperator(BaseOperator):
     :param agent: A ready ``pydantic_ai.Agent`` to run instead of building one. ``model_id`` or
         ``llm_conn_id``, if given, override its model for the run.
     :param durable_cache_path: Cache base for this task, overriding ``[pydantic_ai] durable_cache_path``.
+        (templated)
+    :param deps: The run's dependencies, handed to ``agent.run(deps=...)``; tools read them as
+        ``ctx.deps``. A replayed tool step does not run the tool, so it does not touch ``deps``.
+    :param event_stream_handler: An async function ``(ctx, events)`` handed to
+        ``agent.run(event_stream_handler=...)``: it sees the events of every model response and tool
+        call as they happen. With ``durable=True`` a replayed model step arrives as a completed
+        stream whose part events are rebuilt from the recorded response.
     """
 
-    template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id")
+    template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id", "durable_cache_path")
     template_fields_renderers: ClassVar[dict[str, str]] = {"prompt": "md", "system_prompt": "md"}
     ui_color = "#e8d5f5"
 
@@ -66,6 +73,8 @@ class AgentOperator(BaseOperator):
         durable: bool = False,
         agent: Agent[Any, Any] | None = None,
         durable_cache_path: str | None = None,
+        deps: Any = None,
+        event_stream_handler: Callable[..., Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -95,6 +104,8 @@ class AgentOperator(BaseOperator):
         self.durable = durable
         self.agent = agent
         self.durable_cache_path = durable_cache_path
+        self.deps = deps
+        self.event_stream_handler = event_stream_handler
 
     def _model(self) -> Any:
         """The model to run with: from the connection, the model id, or None for the agent's own."""
@@ -148,7 +159,7 @@ class AgentOperator(BaseOperator):
                 self.log.info(empty_summary())
 
     def _resolve_prompt(self, context: Any) -> str:
-        """The prompt of this try (``@task.agent`` gets it from its function)."""
+        """The prompt of this try (``@task.pydantic_ai`` gets it from its function)."""
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise ValueError(f"AgentOperator prompt must be a non-empty string, got {self.prompt!r}")
         return self.prompt
@@ -156,8 +167,9 @@ class AgentOperator(BaseOperator):
     def _run_agent(self, agent: Agent[Any, Any], prompt: str, model: Any, run: DurableRun | None) -> Any:
         from pydantic_ai.exceptions import UnexpectedModelBehavior
 
+        run_arguments: dict[str, Any] = {"deps": self.deps, "event_stream_handler": self.event_stream_handler}
         if run is None:
-            return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits)
+            return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits, **run_arguments)
         from airflow_pydantic_ai.durable import DurableCapability
 
         try:
@@ -166,6 +178,7 @@ class AgentOperator(BaseOperator):
                 model=model,
                 usage_limits=run.usage_limits(self.usage_limits),
                 capabilities=[DurableCapability(run)],
+                **run_arguments,
             )
         except UnexpectedModelBehavior:
             # The model's last answer exhausted its retries: replaying it would fail the same way.
