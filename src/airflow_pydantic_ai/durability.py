@@ -263,11 +263,19 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
             base_url,
         )
     reachable = _check_writable(store, storage_errors, log)
+    try_number = int(getattr(ti, "try_number", 1) or 1)
+    max_tries = getattr(ti, "max_tries", None)
+    if getattr(context.get("task"), "retries", None) == 0:
+        log.info(
+            "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "
+            "for durability to pay off (until then only clearing the task resumes from the cache)"
+        )
     return DurableRun.open(
         store,
-        attempt=int(getattr(ti, "try_number", 1) or 1),
+        attempt=try_number,
         log=log,
         contains_secret=_secret_finder(),
         storage_errors=storage_errors,  # type: ignore[arg-type]
         reachable=reachable,
+        retry_coming=max_tries is None or try_number <= int(max_tries),
     )

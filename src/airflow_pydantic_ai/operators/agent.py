@@ -149,6 +149,10 @@ class AgentOperator(BaseOperator):
                     context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
                 run.finish()
             return output
+        except BaseException:
+            if run is not None:
+                run.end_failed_try()
+            raise
         finally:
             # Every durable attempt says what it replayed and executed, also one that failed before any step ran.
             if run is not None:
