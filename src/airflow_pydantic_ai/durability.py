@@ -109,6 +109,12 @@ def resolve_cache_path(override: str | None = None) -> Any:
     try:
         path.fs  # noqa: B018 - resolving the filesystem surfaces a missing provider or bad credentials now
     except Exception as error:
+        if isinstance(error, ValueError) and "No filesystem registered" in str(error):
+            # fsspec knows the scheme, but no installed Airflow provider offers a filesystem for it.
+            raise DurableConfigError(
+                f"{option} {url!r} has an unknown scheme {scheme!r} (no installed Airflow provider registers a "
+                f"filesystem for it); {_HINT}"
+            ) from error
         raise DurableConfigError(f"{option} {url!r}: cannot open its filesystem: {error}") from error
     if scheme in ("file", "local"):
         folder = path.path
@@ -317,6 +323,12 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
         )
     reachable = _check_writable(store, storage_errors, log)
     this_try = ThisTry.of(ti)
+    max_tries = getattr(ti, "max_tries", None)
+    if getattr(context.get("task"), "retries", None) == 0:
+        log.info(
+            "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "
+            "for durability to pay off (until then only clearing the task resumes from the cache)"
+        )
     return DurableRun.open(
         store,
         attempt=this_try.try_number or 1,
@@ -326,4 +338,5 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
         storage_errors=storage_errors,  # type: ignore[arg-type]
         reachable=reachable,
         takes_recorded_output=retries_an_earlier_try(ti),
+        retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
     )

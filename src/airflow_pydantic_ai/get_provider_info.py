@@ -81,7 +81,7 @@ def get_provider_info() -> dict[str, Any]:
         "task-decorators": [
             {
                 "class-name": "airflow_pydantic_ai.decorators.agent.agent_task",
-                "name": "agent",
+                "name": "pydantic_ai",
             }
         ],
         "config": {

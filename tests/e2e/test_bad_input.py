@@ -207,7 +207,7 @@ def test_bad_cache_path_overrides_fail_at_start(tmp_path, monkeypatch, capfd):
         "relative_path": ["neither a URL nor an absolute path", FIX_HINT],
         "windows_path": ["neither a URL nor an absolute path", FIX_HINT],
         "read_only_scheme": ["read-only", FIX_HINT],
-        "unregistered_filesystem": ["cannot open its filesystem"],
+        "unregistered_filesystem": ["'ftp://example.com/cache' has an unknown scheme 'ftp'", FIX_HINT],
         "missing_connection": ["no_such_conn", "cannot be found", "AIRFLOW_CONN_NO_SUCH_CONN"],
         "parent_is_a_file": ["cannot create the folder", "Not a directory"],
         "file_in_the_way": ["cannot write to", "list, get, put and delete permission"],

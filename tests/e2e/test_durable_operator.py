@@ -1,4 +1,4 @@
-"""AgentOperator and @task.agent under real Airflow runs: dag.test() with real retries."""
+"""AgentOperator and @task.pydantic_ai under real Airflow runs: dag.test() with real retries."""
 
 from __future__ import annotations
 
@@ -264,7 +264,7 @@ def test_task_agent_decorator_is_durable(capfd, cache_base):
 
     with make_dag("e2e_decorator") as dag:
 
-        @task.agent(model_id="test", toolsets=[tools()], durable=True)
+        @task.pydantic_ai(model_id="test", toolsets=[tools()], durable=True)
         def triage(ticket_id: int) -> str:
             return f"Triage ticket {ticket_id}."
 
@@ -385,7 +385,7 @@ def test_every_try_logs_the_summary_even_when_it_fails_before_any_step(capfd, fa
             AgentOperator(task_id="agent", prompt="go", llm_conn_id="no_such_llm_conn", durable=True)
         else:
 
-            @task.agent(task_id="agent", model_id="test", durable=True)
+            @task.pydantic_ai(task_id="agent", model_id="test", durable=True)
             def agent() -> Any:
                 if failure == "function-raises":
                     raise RuntimeError("could not build the prompt")
@@ -420,7 +420,7 @@ def test_task_agent_prompt_is_used_as_returned_not_rendered_again(capfd, monkeyp
         def scraped() -> str:
             return untrusted
 
-        @task.agent(agent=Agent(FunctionModel(_echo_prompt)), system_prompt=None, durable=True)
+        @task.pydantic_ai(agent=Agent(FunctionModel(_echo_prompt)), system_prompt=None, durable=True)
         def summarize(text: str) -> str:
             return f"Summarize: {text}"
 

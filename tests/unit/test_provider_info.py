@@ -121,8 +121,29 @@ def test_task_runtime_registers_the_hook_and_the_agent_decorator() -> None:
     assert hook_info.connection_testable
     from airflow_pydantic_ai.decorators.agent import agent_task
 
-    assert manager.taskflow_decorators["agent"] is agent_task
-    assert task.agent is agent_task
+    # A name of its own: common.ai registers @task.agent, and with both installed one would silently win.
+    assert manager.taskflow_decorators["pydantic_ai"] is agent_task
+    assert task.pydantic_ai is agent_task
+    assert manager.taskflow_decorators.get("agent") is not agent_task
+
+
+def test_task_pydantic_ai_builds_our_operator() -> None:
+    from airflow.sdk import DAG, task
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    with DAG(dag_id="decorator_name_dag", schedule=None):
+
+        @task.pydantic_ai(model_id="test", durable=True)
+        def ask() -> str:
+            return "hello"
+
+        built = ask()
+
+    operator = built.operator
+    assert isinstance(operator, AgentOperator)
+    assert operator.durable is True
+    assert operator.custom_operator_name == "@task.pydantic_ai"
 
 
 def test_connection_form_metadata_reaches_the_ui_api() -> None:

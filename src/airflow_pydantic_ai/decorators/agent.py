@@ -1,4 +1,4 @@
-"""``@task.agent``: a TaskFlow function that returns the prompt for an :class:`AgentOperator`."""
+"""``@task.pydantic_ai``: a TaskFlow function that returns the prompt for an :class:`AgentOperator`."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class _AgentDecoratedOperator(DecoratedOperator, AgentOperator):
         **DecoratedOperator.template_fields_renderers,
         **AgentOperator.template_fields_renderers,
     }
-    custom_operator_name: str = "@task.agent"
+    custom_operator_name: str = "@task.pydantic_ai"
     overwrite_rtif_after_execution: bool = True
 
     def __init__(
@@ -59,7 +59,7 @@ class _AgentDecoratedOperator(DecoratedOperator, AgentOperator):
         prompt = self.python_callable(*self.op_args, **kwargs)
         if not isinstance(prompt, str) or not prompt.strip():
             raise TypeError(
-                f"@task.agent function {self.python_callable.__name__!r} must return the prompt as a non-empty "
+                f"@task.pydantic_ai function {self.python_callable.__name__!r} must return the prompt as a non-empty "
                 f"string, got {prompt!r}"
             )
         self.prompt = prompt  # shown as the rendered prompt (overwrite_rtif_after_execution)
@@ -71,11 +71,11 @@ class _AgentDecoratedOperator(DecoratedOperator, AgentOperator):
 
 def agent_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
     """
-    Turn a function that returns a prompt into an agent task (``@task.agent``).
+    Turn a function that returns a prompt into an agent task (``@task.pydantic_ai``).
 
     Accepts every :class:`~airflow_pydantic_ai.operators.agent.AgentOperator` argument::
 
-        @task.agent(model_id="openai:gpt-4o", durable=True, retries=2)
+        @task.pydantic_ai(model_id="openai:gpt-4o", durable=True, retries=2)
         def summarize(text: str) -> str:
             return f"Summarize: {text}"
 

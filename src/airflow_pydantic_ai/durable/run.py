@@ -128,6 +128,8 @@ class DurableRun:
     contains_secret: Callable[[Any], bool] = _no_secrets
     """Whether a payload holds a value registered as secret (Airflow's secrets masker, in a task)."""
     storage_errors: StorageErrors = "warn"
+    retry_coming: bool = True
+    """Whether Airflow retries the task if this try fails (False on the last try): log lines say what happens next."""
     entries: dict[str, StepEntry] = field(default_factory=dict, repr=False)
     replayed: StepCounts = field(default_factory=StepCounts)
     executed: StepCounts = field(default_factory=StepCounts)
@@ -172,6 +174,7 @@ class DurableRun:
         reachable: bool = True,
         takes_recorded_output: bool = True,
         belongs: Callable[[Mapping[str, StepEntry]], bool] | None = None,
+        retry_coming: bool = True,
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt.
 
@@ -189,6 +192,7 @@ class DurableRun:
             contains_secret=contains_secret,
             storage_errors=storage_errors,
             takes_recorded_output=takes_recorded_output,
+            retry_coming=retry_coming,
         )
         if not reachable:
             run._storage_unreachable("the cache could not be reached when the attempt started")
@@ -457,22 +461,25 @@ class DurableRun:
 
     # --- recording -----------------------------------------------------------------------------
 
-    def _persist(
-        self, entry: StepEntry, what: str, *, on_secret: str = "it is not cached and will run again on a retry"
-    ) -> bool:
+    def _persist(self, entry: StepEntry, what: str, *, on_secret: str | None = None) -> bool:
         """Store ``entry``; False when it was not stored (the log says why)."""
         if self.contains_secret(entry.payload):
             self.not_persisted += 1
-            self.log.warning("Durable: %s contains a value registered as secret; %s", what, on_secret)
+            self.log.warning(
+                "Durable: %s contains a value registered as secret; %s",
+                what,
+                on_secret or f"it is not cached and {self.what_next('will run again on a retry')}",
+            )
             return False
         if time.monotonic() < self._skip_writes_until:
             # An unreachable store would make every step wait for its timeout: skip, and say so.
             self.not_persisted += 1
             self.log.error(
-                "Durable: did not store %s: the cache at %s is unreachable (%s); it runs again on a retry",
+                "Durable: did not store %s: the cache at %s is unreachable (%s); %s",
                 what,
                 self.store.location,
                 self._storage_error,
+                self.what_next("it runs again on a retry"),
             )
             return False
         try:
@@ -544,6 +551,28 @@ class DurableRun:
 
     # --- reporting -----------------------------------------------------------------------------
 
+    def what_next(self, on_retry: str = "runs again on a retry") -> str:
+        """What happens to a step that was not cached: ``on_retry``, unless this is the last try."""
+        return on_retry if self.retry_coming else "no retry is coming (this is the last try)"
+
+    def end_failed_try(self) -> None:
+        """This try failed: remove the folders it created and left empty; on the last try, say the cache is kept."""
+        try:
+            self.store.remove_empty_folders()
+            kept = self.store.exists()
+        except Exception as error:
+            self.log.debug("Durable: could not tidy %s: %s", self.store.location, describe_error(error))
+            return
+        if self.retry_coming or not kept:
+            return
+        how = f"rm -r '{self.store.root}' on this worker" if self.store.is_local else "delete that prefix"
+        self.log.info(
+            "Durable: no retry is coming, so the cache at %s is kept: clearing the task later resumes from it. "
+            "To start over instead, %s (or let a lifecycle rule expire it)",
+            self.store.location,
+            how,
+        )
+
     def summary(self) -> str:
         return format_summary(self.replayed, self.executed)
 
@@ -560,8 +589,9 @@ class DurableRun:
             )
         if self.not_persisted:
             self.log.warning(
-                "Durable: %d steps of this attempt were not persisted and will run again on a retry",
+                "Durable: %d steps of this attempt were not persisted and %s",
                 self.not_persisted,
+                self.what_next("will run again on a retry"),
             )
 
     # --- the output ----------------------------------------------------------------------------
@@ -870,10 +900,11 @@ class ToolStep:
         # for it: that answer must stay cached, or its other tool calls would happen again.
         self.run._last_answer.failed_call = True
         self.run.log.info(
-            "Durable: %s failed after %.2f s (%s); it is not cached and runs again on a retry",
+            "Durable: %s failed after %.2f s (%s); it is not cached and %s",
             self.label,
             time.monotonic() - self.started,
             type(error).__name__,
+            self.run.what_next(),
         )
 
     def record_raise(self, error: ModelRetry | ToolFailed) -> None:

@@ -117,8 +117,8 @@ def _segment(value: str) -> str:
     return encoded
 
 
-def make_private_folders(path: str) -> None:
-    """Create ``path`` and any missing parents readable by their owner only.
+def make_private_folders(path: str) -> list[str]:
+    """Create ``path`` and any missing parents readable by their owner only; return those created, outermost first.
 
     ``os.makedirs(mode=...)`` applies the mode to the last folder only; the dag and run folders above
     a task instance's would be world-readable, and their names (dag ids, run ids) tell a story too.
@@ -131,9 +131,14 @@ def make_private_folders(path: str) -> None:
         if parent == current:
             break
         current = parent
+    created: list[str] = []
     for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another try created it meanwhile
+        try:
             os.mkdir(folder, 0o700)
+        except FileExistsError:  # another try created it meanwhile
+            continue
+        created.append(folder)
+    return created
 
 
 def _is_entry_name(name: str) -> bool:
@@ -334,6 +339,8 @@ class StepStore:
     deadline on asynchronous object stores (S3, GCS, Azure), whose clients otherwise retry for minutes."""
     bytes_written: int = 0
     objects_written: int = 0
+    created_folders: list[str] = field(default_factory=list, repr=False)
+    """Local folders this store created (outermost first): removed again if a failed try leaves them empty."""
 
     @classmethod
     def for_task(
@@ -464,9 +471,14 @@ class StepStore:
 
     def _put_local(self, path: str, data: bytes) -> None:
         directory = os.path.dirname(path)
-        make_private_folders(directory)
+        self.created_folders.extend(make_private_folders(directory))
         temporary = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileNotFoundError:
+            # Another try of this task instance removed the folder it had left empty just now: once more.
+            self.created_folders.extend(make_private_folders(directory))
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(descriptor, "wb") as handle:
                 handle.write(data)
@@ -526,6 +538,19 @@ class StepStore:
                 except OSError:
                     break
                 parent = os.path.dirname(parent)
+
+    def remove_empty_folders(self) -> None:
+        """Remove the local folders this store created that are still empty, innermost first.
+
+        Only folders it created itself, so never the configured base nor a folder another try or task
+        instance is using; a folder that holds anything stays.
+        """
+        for folder in reversed(self.created_folders):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+        self.created_folders = []
 
     def exists(self) -> bool:
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
@@ -48,9 +48,16 @@ class AgentOperator(BaseOperator):
     :param agent: A ready ``pydantic_ai.Agent`` to run instead of building one. ``model_id`` or
         ``llm_conn_id``, if given, override its model for the run.
     :param durable_cache_path: Cache base for this task, overriding ``[pydantic_ai] durable_cache_path``.
+        (templated)
+    :param deps: The run's dependencies, handed to ``agent.run(deps=...)``; tools read them as
+        ``ctx.deps``. A replayed tool step does not run the tool, so it does not touch ``deps``.
+    :param event_stream_handler: An async function ``(ctx, events)`` handed to
+        ``agent.run(event_stream_handler=...)``: it sees the events of every model response and tool
+        call as they happen. With ``durable=True`` a replayed model step arrives as a completed
+        stream whose part events are rebuilt from the recorded response.
     """
 
-    template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id")
+    template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id", "durable_cache_path")
     template_fields_renderers: ClassVar[dict[str, str]] = {"prompt": "md", "system_prompt": "md"}
     ui_color = "#e8d5f5"
 
@@ -68,6 +75,8 @@ class AgentOperator(BaseOperator):
         durable: bool = False,
         agent: Agent[Any, Any] | None = None,
         durable_cache_path: str | None = None,
+        deps: Any = None,
+        event_stream_handler: Callable[..., Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -97,6 +106,8 @@ class AgentOperator(BaseOperator):
         self.durable = durable
         self.agent = agent
         self.durable_cache_path = durable_cache_path
+        self.deps = deps
+        self.event_stream_handler = event_stream_handler
 
     def _model(self) -> Any:
         """The model to run with: from the connection, the model id, or None for the agent's own."""
@@ -138,6 +149,10 @@ class AgentOperator(BaseOperator):
             model = self._model() if self.agent is not None else None
             output = _to_xcom(self._run_agent(agent, prompt, model, run).output)
             return self._complete(context, run, output)
+        except BaseException:
+            if run is not None:
+                run.end_failed_try()
+            raise
         finally:
             # Every durable attempt says what it replayed and executed, also one that failed before any step ran.
             if run is not None:
@@ -176,7 +191,7 @@ class AgentOperator(BaseOperator):
         self.on_success_callback = [_DeleteDurableCache(run), *callbacks]
 
     def _resolve_prompt(self, context: Any) -> str:
-        """The prompt of this try (``@task.agent`` gets it from its function)."""
+        """The prompt of this try (``@task.pydantic_ai`` gets it from its function)."""
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise ValueError(f"AgentOperator prompt must be a non-empty string, got {self.prompt!r}")
         return self.prompt
@@ -184,8 +199,9 @@ class AgentOperator(BaseOperator):
     def _run_agent(self, agent: Agent[Any, Any], prompt: str, model: Any, run: DurableRun | None) -> Any:
         from pydantic_ai.exceptions import UnexpectedModelBehavior
 
+        run_arguments: dict[str, Any] = {"deps": self.deps, "event_stream_handler": self.event_stream_handler}
         if run is None:
-            return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits)
+            return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits, **run_arguments)
         from airflow_pydantic_ai.durable import DurableCapability
 
         try:
@@ -194,6 +210,7 @@ class AgentOperator(BaseOperator):
                 model=model,
                 usage_limits=run.usage_limits(self.usage_limits),
                 capabilities=[DurableCapability(run)],
+                **run_arguments,
             )
         except UnexpectedModelBehavior:
             # Retries ran out: what failed (the last answer, the retries it drew) would fail the same way on replay.
