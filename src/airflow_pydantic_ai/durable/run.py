@@ -544,9 +544,11 @@ class DurableRun:
                 return
         what = [f"model step {last.number}'s answer"] if last.model_entries else []
         what += [f"the {outcome} of {label}" for label, outcome in last.retry_labels]
+        who = "a retry" if self.retry_coming else "a later try (after a clear)"
         self.log.info(
-            "Durable: the run failed on %s; removed from the cache so a retry asks again instead of replaying it",
+            "Durable: the run failed on %s; removed from the cache so %s asks again instead of replaying it",
             _join(what),
+            who,
         )
 
     # --- reporting -----------------------------------------------------------------------------
