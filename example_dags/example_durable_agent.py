@@ -26,6 +26,7 @@ from airflow_pydantic_ai.operators.agent import AgentOperator
 log = logging.getLogger("example_durable_agent.tools")
 
 
+# [START howto_durable_tools]
 def fetch_ticket(ticket_id: int) -> dict:
     """Fetch a support ticket (a stand-in for a slow, billed API)."""
     log.info("fetch_ticket(%s) called", ticket_id)
@@ -39,6 +40,9 @@ def notify_team(ticket_id: int) -> str:
     if try_number == 1:
         raise ConnectionError("team chat API unavailable (simulated, first try only)")
     return f"ticket {ticket_id} posted"
+
+
+# [END howto_durable_tools]
 
 
 with DAG(
