@@ -50,13 +50,13 @@ test: install
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check src tests example_dags bench
-	$(BIN)/ruff format --check src tests example_dags bench
+	$(BIN)/ruff check src tests example_dags bench docs
+	$(BIN)/ruff format --check src tests example_dags bench docs
 	$(BIN)/mypy
 
 format: install
-	$(BIN)/ruff check --fix src tests example_dags bench
-	$(BIN)/ruff format src tests example_dags bench
+	$(BIN)/ruff check --fix src tests example_dags bench docs
+	$(BIN)/ruff format src tests example_dags bench docs
 
 bench: install
 	$(BIN)/python -m bench

@@ -50,7 +50,9 @@ def render_config(metadata: dict[str, Any], source: str) -> list[str]:
         env_prefix = f"AIRFLOW__{section.upper()}__"
         options = spec.get("options", {})
         lines += ["The section with its defaults:", "", ".. code-block:: ini", "", f"    [{section}]"]
-        lines += [f"    {option} = {'' if o.get('default') is None else o['default']}".rstrip() for option, o in options.items()]
+        for option, option_spec in options.items():
+            default = option_spec.get("default")
+            lines.append(f"    {option} = {'' if default is None else default}".rstrip())
         lines.append("")
         for option, option_spec in options.items():
             missing = [key for key in _REQUIRED if not option_spec.get(key)]
