@@ -32,7 +32,7 @@ def get_provider_info() -> dict[str, Any]:
         ),
         "state": "ready",
         "source-date-epoch": 1795335511,
-        "versions": ["0.1.0"],
+        "versions": ["0.2.0", "0.1.0"],
         "integrations": [
             {
                 "integration-name": _INTEGRATION,

@@ -21,7 +21,9 @@ def _script(request: dict[str, Any]) -> dict[str, Any]:
     return {"content": "Ticket 42 triaged and the team notified."}
 
 
-def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_path, capfd):
+# "pydanticai" is common.ai's connection type: a DAG that names such a connection runs unchanged here.
+@pytest.mark.parametrize("conn_type", ["pydantic_ai", "pydanticai"])
+def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_path, capfd, conn_type):
     from airflow.sdk import DAG, get_current_context
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
@@ -45,7 +47,7 @@ def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_p
             "AIRFLOW_CONN_LOCAL_OPENAI",
             json.dumps(
                 {
-                    "conn_type": "pydantic_ai",
+                    "conn_type": conn_type,
                     "host": server.base_url,
                     "password": "sk-test-key",
                     "extra": {"model": "openai-chat:gpt-test"},
@@ -54,7 +56,7 @@ def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_p
         )
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
         with DAG(
-            dag_id="e2e_openai_client",
+            dag_id=f"e2e_openai_client_{conn_type}",
             schedule=None,
             start_date=datetime(2026, 1, 1),
             default_args={"retries": 1, "retry_delay": timedelta(0)},

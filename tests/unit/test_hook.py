@@ -352,3 +352,96 @@ def test_agent_runs_against_the_connection_base_url_with_its_api_key(
     assert request["body"]["model"] == "fake-model"
     assert request["body"]["temperature"] == 0.3
     assert request["body"]["messages"][-1] == {"role": "user", "content": "hi"}
+
+
+# --- connections of common.ai's type (pydanticai) ----------------------------------------------
+
+
+def set_common_ai_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> None:
+    """A connection as apache-airflow-providers-common-ai stores it: type pydanticai, same fields."""
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "pydanticai", **fields}))
+
+
+def test_common_ai_connection_with_fallback_chain_fails_over_to_the_backup_connection(
+    monkeypatch: pytest.MonkeyPatch, fake_openai_server: FakeOpenAIServer
+) -> None:
+    # The primary's URL answers 404 (a provider error): the agent must go on with the backup
+    # connection's model, key and URL, as common.ai's fallback_conn_ids promise.
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    down_url = fake_openai_server.base_url.replace("/v1", "/down/v1")
+    set_common_ai_connection(
+        monkeypatch,
+        "primary_llm",
+        host=down_url,
+        password="sk-primary",
+        extra={"model": "openai-chat:primary-model", "fallback_conn_ids": ["backup_llm", " "]},
+    )
+    set_common_ai_connection(
+        monkeypatch,
+        "backup_llm",
+        host=fake_openai_server.base_url,
+        password="sk-backup",
+        extra={"model": "openai-chat:fake-model"},
+    )
+
+    result = Agent(PydanticAIHook(llm_conn_id="primary_llm").get_model()).run_sync("hi")
+
+    assert result.output == fake_openai_server.answer
+    assert [(r["path"], r["authorization"], r["body"]["model"]) for r in fake_openai_server.requests] == [
+        ("/down/v1/chat/completions", "Bearer sk-primary", "primary-model"),
+        ("/v1/chat/completions", "Bearer sk-backup", "fake-model"),
+    ]
+
+
+def test_common_ai_connection_without_fallbacks_builds_the_plain_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_common_ai_connection(
+        monkeypatch, CONN_ID, host="http://llm.internal:8000/v1", password="sk-1", extra={"model": "openai-chat:m"}
+    )
+
+    model = PydanticAIHook(llm_conn_id=CONN_ID).get_model()
+
+    assert isinstance(model, OpenAIChatModel)
+    assert str(model.client.base_url) == "http://llm.internal:8000/v1/"
+    assert model.client.api_key == "sk-1"
+
+
+def test_common_ai_model_field_saved_with_its_legacy_prefix_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_common_ai_connection(monkeypatch, CONN_ID, extra={"extra__pydanticai__model": "test"})
+
+    assert isinstance(PydanticAIHook(llm_conn_id=CONN_ID).get_model(), TestModel)
+
+
+def test_common_ai_vendor_connection_type_is_refused_with_the_connection_to_create(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{CONN_ID.upper()}",
+        json.dumps({"conn_type": "pydanticai_bedrock", "extra": {"model": "bedrock:m", "region_name": "eu-west-1"}}),
+    )
+
+    with pytest.raises(ValueError, match=r"'pydanticai_bedrock'.*'pydantic_ai'.*provider_options"):
+        PydanticAIHook(llm_conn_id=CONN_ID).get_model()
+
+
+@pytest.mark.parametrize(
+    ("primary_extra", "backup_extra", "message"),
+    [
+        ({"fallback_conn_ids": "backup_llm"}, {"model": "test"}, "must be a JSON list of connection ids"),
+        ({"fallback_conn_ids": ["primary_llm"]}, {"model": "test"}, "lists itself"),
+        ({"fallback_conn_ids": ["backup_llm", "backup_llm"]}, {"model": "test"}, "more than once"),
+        ({"fallback_conn_ids": ["backup_llm"]}, {}, "'backup_llm' of 'primary_llm' names no model"),
+        (
+            {"fallback_conn_ids": ["backup_llm"]},
+            {"model": "test", "fallback_conn_ids": ["other"]},
+            "chains are not followed",
+        ),
+    ],
+)
+def test_invalid_fallback_chain_is_refused_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch, primary_extra: dict[str, Any], backup_extra: dict[str, Any], message: str
+) -> None:
+    set_common_ai_connection(monkeypatch, "primary_llm", extra={"model": "test", **primary_extra})
+    set_common_ai_connection(monkeypatch, "backup_llm", extra=backup_extra)
+
+    with pytest.raises(ValueError, match=message):
+        PydanticAIHook(llm_conn_id="primary_llm").get_model()

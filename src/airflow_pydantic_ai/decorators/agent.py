@@ -1,4 +1,6 @@
-"""``@task.pydantic_ai``: a TaskFlow function that returns the prompt for an :class:`AgentOperator`."""
+"""``@task.pydantic_ai``: a TaskFlow function that returns the prompt for an
+:class:`~airflow_pydantic_ai.operators.agent.AgentOperator`.
+"""
 
 from __future__ import annotations
 

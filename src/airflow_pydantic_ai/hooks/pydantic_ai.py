@@ -3,7 +3,14 @@
 A connection holds what a model needs that should not live in DAG code: the API key
 (``password``), an optional base URL (``host``), and in its ``extra`` JSON the model id
 (``model``, e.g. ``"openai:gpt-4o"``), keyword arguments for the pydantic-ai provider
-(``provider_options``) and default model settings (``model_settings``).
+(``provider_options``), default model settings (``model_settings``) and connections to fail over to
+(``fallback_conn_ids``).
+
+Connections of type ``pydanticai`` (the generic type of ``apache-airflow-providers-common-ai``) keep
+their key, base URL, model and fallback list in the same places and are read the same way, so a DAG
+that names one in ``llm_conn_id`` runs unchanged here. common.ai's vendor types
+(``pydanticai_azure``, ``pydanticai_bedrock``, ``pydanticai_vertex``) store credentials in extras
+this hook does not read; they are refused with the equivalent ``pydantic_ai`` connection to create.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ __all__ = ["PydanticAIHook"]
 # ``base_url``, LiteLLM ``api_base``, Azure ``azure_endpoint``.
 _BASE_URL_PARAMETERS = ("base_url", "api_base", "azure_endpoint")
 _MODEL_EXAMPLE = "openai:gpt-4o"
+# Connection types whose fields mean what ``pydantic_ai``'s mean: ours, and common.ai's generic type.
+_READABLE_CONN_TYPES = ("pydantic_ai", "pydanticai")
+# common.ai's vendor connection types keep credentials in extras of their own (region, project...).
+_VENDOR_TYPE_PREFIX = "pydanticai_"
 _MODELS_DOC = "https://ai.pydantic.dev/models/overview/"
 
 
@@ -40,6 +51,7 @@ class _ConnectionSettings:
     base_url: str | None
     provider_options: dict[str, Any] = field(default_factory=dict)
     model_settings: dict[str, Any] | None = None
+    fallback_conn_ids: tuple[str, ...] = ()
 
 
 class PydanticAIHook(BaseHook):
@@ -53,8 +65,11 @@ class PydanticAIHook(BaseHook):
       OpenAI-compatible server), passed as ``base_url`` (``api_base`` for LiteLLM,
       ``azure_endpoint`` for Azure).
     * ``extra``: a JSON object with ``model`` (a pydantic-ai model id, ``provider:model``),
-      optionally ``provider_options`` (more keyword arguments for the provider class) and
-      ``model_settings`` (default :class:`~pydantic_ai.settings.ModelSettings` of the model).
+      optionally ``provider_options`` (more keyword arguments for the provider class),
+      ``model_settings`` (default :class:`~pydantic_ai.settings.ModelSettings` of the model) and
+      ``fallback_conn_ids`` (connections to fail over to, in order, when the model's API fails).
+
+    Connections of type ``pydanticai`` (common.ai's) are read the same way.
 
     :param llm_conn_id: The id of the ``pydantic_ai`` connection to use.
     """
@@ -84,15 +99,38 @@ class PydanticAIHook(BaseHook):
 
         :param model_id: A pydantic-ai model id (``provider:model``, or ``test`` for
             :class:`~pydantic_ai.models.test.TestModel`) that overrides the connection's ``model``.
-        :return: The model, with the connection's ``model_settings`` as its default settings.
-        :raises ValueError: If no model id is given anywhere, the provider is unknown, or the
-            connection sets an option the provider does not take.
+        :return: The model, with the connection's ``model_settings`` as its default settings; with
+            ``fallback_conn_ids``, a :class:`~pydantic_ai.models.fallback.FallbackModel` that tries
+            this model first, then each fallback connection's own model in order.
+        :raises ValueError: If no model id is given anywhere, the provider is unknown, the
+            connection sets an option the provider does not take, or the fallback list is invalid.
         :raises ImportError: If the provider needs a package that is not installed.
         """
         settings = _read_connection(self.connection)
         resolved_id = _resolve_model_id(model_id, settings)
         self.log.debug("Building model %r from connection %r", resolved_id, settings.conn_id)
-        return _build_model(resolved_id, settings)
+        model = _build_model(resolved_id, settings)
+        if not settings.fallback_conn_ids:
+            return model
+        from pydantic_ai.models.fallback import FallbackModel
+
+        fallbacks = [self._fallback_model(conn_id, settings) for conn_id in settings.fallback_conn_ids]
+        return FallbackModel(model, *fallbacks)
+
+    def _fallback_model(self, conn_id: str, primary: _ConnectionSettings) -> Model:
+        """The model of one fallback connection: its own model id, key and URL; no chain of its own."""
+        settings = _read_connection(self.get_connection(conn_id))
+        if settings.fallback_conn_ids:
+            raise ValueError(
+                f"Fallback connection {conn_id!r} of {primary.conn_id!r} has its own 'fallback_conn_ids'; "
+                f"chains are not followed. List every connection in {primary.conn_id!r}'s 'fallback_conn_ids'."
+            )
+        if not settings.model_id:
+            raise ValueError(
+                f'Fallback connection {conn_id!r} of {primary.conn_id!r} names no model; set "model" in its '
+                f'extra (e.g. {{"model": "{_MODEL_EXAMPLE}"}}).'
+            )
+        return _build_model(settings.model_id, settings)
 
     def test_connection(self) -> tuple[bool, str]:
         """Check that the connection builds a model, without sending a request to it.
@@ -158,13 +196,17 @@ def _connection_type_metadata() -> dict[str, Any]:
 
 def _read_connection(conn: Connection) -> _ConnectionSettings:
     """Read the connection's fields and check the types of its extras."""
-    extra = conn.extra_dejson
     conn_id = conn.conn_id
+    _check_conn_type(conn)
+    extra = conn.extra_dejson
 
     def extra_value(key: str) -> Any:
         # Older connection forms stored custom fields as ``extra__<conn_type>__<name>``.
         value = extra.get(key)
-        return extra.get(f"extra__{PydanticAIHook.conn_type}__{key}") if value is None else value
+        for conn_type in _READABLE_CONN_TYPES:
+            if value is None:
+                value = extra.get(f"extra__{conn_type}__{key}")
+        return value
 
     def optional_mapping(key: str) -> dict[str, Any] | None:
         value = extra_value(key)
@@ -194,7 +236,41 @@ def _read_connection(conn: Connection) -> _ConnectionSettings:
         base_url=base_url,
         provider_options=optional_mapping("provider_options") or {},
         model_settings=optional_mapping("model_settings"),
+        fallback_conn_ids=_fallback_conn_ids(conn_id, extra_value("fallback_conn_ids")),
     )
+
+
+def _check_conn_type(conn: Connection) -> None:
+    """Refuse common.ai's vendor connection types: their credentials live in extras read nowhere here."""
+    conn_type = conn.conn_type or ""
+    if conn_type.startswith(_VENDOR_TYPE_PREFIX):
+        vendor = conn_type.removeprefix(_VENDOR_TYPE_PREFIX)
+        raise ValueError(
+            f"Connection {conn.conn_id!r} has type {conn_type!r} (apache-airflow-providers-common-ai's {vendor} "
+            "connection), whose credentials this provider does not read. Create a 'pydantic_ai' (or common.ai "
+            f"'pydanticai') connection instead, with the model id prefixed by its provider (e.g. '{vendor}:...') "
+            "and the provider's other arguments in extra 'provider_options'."
+        )
+
+
+def _fallback_conn_ids(conn_id: str, value: Any) -> tuple[str, ...]:
+    """The fallback connection ids: a list of strings, blanks dropped, each once, never the connection itself."""
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ValueError(
+            f"Connection {conn_id!r}: extra 'fallback_conn_ids' must be a JSON list of connection ids, "
+            f'e.g. ["backup_llm"], got {value!r}.'
+        )
+    ids = tuple(stripped for item in value if (stripped := item.strip()))
+    if conn_id in ids:
+        raise ValueError(f"Connection {conn_id!r} lists itself in extra 'fallback_conn_ids'; remove it.")
+    repeated = sorted({item for item in ids if ids.count(item) > 1})
+    if repeated:
+        raise ValueError(
+            f"Connection {conn_id!r}: extra 'fallback_conn_ids' lists {', '.join(repeated)} more than once; keep one."
+        )
+    return ids
 
 
 def _resolve_model_id(model_id: str | None, settings: _ConnectionSettings) -> str:

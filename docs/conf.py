@@ -1,0 +1,58 @@
+"""Sphinx configuration of the airflow-pydantic-ai documentation (``make docs``).
+
+The build is offline and strict: ``-W --keep-going -n`` turns every warning, including a
+reference to a page, label or object of this project that does not exist, into an error.
+References to other projects (Airflow, pydantic-ai, the standard library) are not resolved,
+because resolving them would need their inventories from the network.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS / "_ext"))
+
+from airflow_pydantic_ai import __version__  # noqa: E402
+
+project = "airflow-pydantic-ai"
+author = "airflow-pydantic-ai developers"
+copyright = "airflow-pydantic-ai developers"
+release = __version__
+version = __version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "provider_metadata",
+]
+
+exclude_patterns = ["_build"]
+root_doc = "index"
+language = "en"
+
+html_theme = "furo"
+html_title = f"airflow-pydantic-ai {release}"
+html_static_path: list[str] = []
+
+autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented"
+autodoc_class_signature = "separated"
+
+# Nitpicky mode checks every cross-reference. Objects of this project must resolve; those of other
+# projects cannot without network access to their inventories, so they are let through by name.
+nitpicky = True
+nitpick_ignore_regex = [
+    (r"py:.*", r"(airflow|pydantic_ai|pydantic|pydantic_core|fsspec|structlog|typing|typing_extensions)(\..*)?"),
+    (r"py:.*", r"(collections|concurrent|contextlib|dataclasses|datetime|enum|pathlib|types|asyncio)\..*"),
+    (
+        r"py:.*",
+        r"(str|int|float|bool|bytes|dict|list|tuple|set|frozenset|object|type|None|Any|Callable|Exception|"
+        r"BaseException|ValueError|TypeError|KeyError|LookupError|ImportError|RuntimeError|TimeoutError|"
+        r"OSError|NotImplementedError|Mapping|Sequence|Iterable|Iterator|AsyncIterator|Awaitable|Literal|"
+        r"Self|TaskLogger|Context|BaseOperator|BaseHook|Connection|Model|Agent|AbstractToolset|UsageLimits|"
+        r"ModelMessage|ModelResponse|ModelSettings|ModelRequestParameters|RunContext|ToolsetTool)",
+    ),
+]
