@@ -46,7 +46,7 @@ autodoc_class_signature = "separated"
 nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(airflow|pydantic_ai|pydantic|pydantic_core|fsspec|structlog|typing|typing_extensions)(\..*)?"),
-    (r"py:.*", r"(collections|concurrent|contextlib|dataclasses|datetime|enum|pathlib|types|asyncio)\..*"),
+    (r"py:.*", r"(collections|concurrent|contextlib|dataclasses|datetime|enum|pathlib|types|asyncio|_asyncio)\..*"),
     (
         r"py:.*",
         r"(str|int|float|bool|bytes|dict|list|tuple|set|frozenset|object|type|None|Any|Callable|Exception|"

@@ -446,7 +446,7 @@ class StepStore:
         return {str(path).rsplit("/", 1)[-1]: data for path, data in contents.items()}
 
     def decode(self, name: str, data: bytes) -> StepEntry:
-        """Parse and verify the stored bytes of entry ``name``; raises :class:`CorruptEntry` with the reason."""
+        """Parse and verify the stored bytes of entry ``name``; raises ``CorruptEntry`` with the reason."""
         return StepEntry.from_bytes(data, name=name, cipher=self.cipher, owner=self.owner)
 
     def encode(self, entry: StepEntry) -> bytes:
@@ -506,7 +506,7 @@ class StepStore:
         """Delete the whole prefix (and, on local disks, the parent folders it leaves empty).
 
         The entries named in ``newest_first`` go first, one by one in that order, then every other
-        entry still listed, then :data:`RESULT_ENTRY`, then whatever is left (temporary files). A
+        entry still listed, then ``RESULT_ENTRY``, then whatever is left (temporary files). A
         deletion cut short therefore leaves the result entry, or the oldest steps of the chain.
         """
         invalidate = getattr(self.fs, "invalidate_cache", None)
