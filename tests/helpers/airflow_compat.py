@@ -1,0 +1,28 @@
+"""Test-side gates for the Airflow releases the matrix runs (3.1, 3.2, 3.3).
+
+The tests use a few Airflow internals that moved between releases (storing a DAG defined inside a
+test); each such import lives here, gated on the installed release, so the test modules stay the same
+on every release. Runtime gates of the package itself live in ``airflow_pydantic_ai._compat``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packaging.version import Version
+
+
+def airflow_version() -> Version:
+    """The installed Airflow release, without pre-release or local parts (``3.1.8``)."""
+    from airflow import __version__
+
+    return Version(Version(__version__).base_version)
+
+
+def dagbag_api() -> tuple[Any, Any]:
+    """``(DagBag, sync_bag_to_db)``: in ``airflow.dag_processing.dagbag`` from 3.2, ``airflow.models.dagbag`` before."""
+    if airflow_version() >= Version("3.2"):
+        from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    else:
+        from airflow.models.dagbag import DagBag, sync_bag_to_db  # type: ignore[no-redef]
+    return DagBag, sync_bag_to_db
