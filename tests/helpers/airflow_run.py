@@ -20,7 +20,7 @@ def sync_dag(dag: DAG) -> None:
     function must be written explicitly or ``dag.test()`` finds no DagVersion.
     """
     from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from tests.helpers.airflow_compat import dagbag_api
+    from tests.helpers.compat import dagbag_api
 
     DagBag, sync_bag_to_db = dagbag_api()
     DagBundlesManager().sync_bundles_to_db()

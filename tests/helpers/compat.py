@@ -1,14 +1,17 @@
-"""Test-side gates for the Airflow releases the matrix runs (3.1, 3.2, 3.3).
+"""Test-side gates for the releases the version matrix runs (Airflow 3.1-3.3, pydantic-ai-slim 2.62-2.68).
 
 The tests use a few Airflow internals that moved between releases (storing a DAG defined inside a
-test); each such import lives here, gated on the installed release, so the test modules stay the same
-on every release. Runtime gates of the package itself live in ``airflow_pydantic_ai._compat``.
+test), and a few pydantic-ai features newer than the lowest supported release; each such difference
+lives here, gated on the installed release, so the test modules stay the same on every combination.
+Runtime gates of the package itself live in ``airflow_pydantic_ai._compat``.
 """
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Any
 
+import pytest
 from packaging.version import Version
 
 
@@ -26,3 +29,11 @@ def dagbag_api() -> tuple[Any, Any]:
     else:
         from airflow.models.dagbag import DagBag, sync_bag_to_db  # type: ignore[no-redef]
     return DagBag, sync_bag_to_db
+
+
+def requires_pydantic_ai(minimum: str, feature: str) -> pytest.MarkDecorator:
+    """Skip a test on a pydantic-ai-slim older than ``minimum``, where ``feature`` does not exist."""
+    installed = Version(version("pydantic-ai-slim"))
+    return pytest.mark.skipif(
+        installed < Version(minimum), reason=f"{feature} needs pydantic-ai-slim>={minimum} (installed: {installed})"
+    )
