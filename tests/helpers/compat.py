@@ -37,3 +37,45 @@ def requires_pydantic_ai(minimum: str, feature: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(
         installed < Version(minimum), reason=f"{feature} needs pydantic-ai-slim>={minimum} (installed: {installed})"
     )
+
+
+def task_runtime_providers_manager() -> Any:
+    """The providers manager that serves hooks and task decorators to tasks.
+
+    The task SDK's ``ProvidersManagerTaskRuntime`` from Airflow 3.2; before, core's ``ProvidersManager``.
+    """
+    if airflow_version() >= Version("3.2"):
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+        return ProvidersManagerTaskRuntime()
+    from airflow.providers_manager import ProvidersManager
+
+    return ProvidersManager()
+
+
+def connection_form_metadata_loads() -> bool:
+    """Whether Airflow reads hooks' connection-form metadata here.
+
+    Airflow 3.1 imports ``wtforms`` (shipped with the FAB provider) for it and leaves every hook's form
+    metadata out when it is missing; 3.2 and later need no UI package.
+    """
+    if airflow_version() >= Version("3.2"):
+        return True
+    try:
+        import wtforms  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def skip_without_connection_form_metadata() -> None:
+    """Skip the calling test where :func:`connection_form_metadata_loads` is False."""
+    if not connection_form_metadata_loads():
+        pytest.skip("Airflow 3.1 loads connection-form metadata only with wtforms (the FAB provider) installed")
+
+
+def skip_strict_provider_schema_before_3_2() -> None:
+    """Skip the calling test on Airflow 3.1, whose strict ``provider.yaml`` schema allows one tag from a list
+    without ``ai`` / ``llm`` (3.2 added them). The runtime schema, which 3.1 does enforce, accepts them."""
+    if airflow_version() < Version("3.2"):
+        pytest.skip("Airflow 3.1's strict provider.yaml schema predates the ai / llm integration tags")
