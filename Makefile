@@ -6,19 +6,41 @@ DEMO_HOME := $(CURDIR)/.demo/airflow_home
 DEMO_ENV := AIRFLOW_HOME=$(DEMO_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/example_dags \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__UNIT_TEST_MODE=False
 
-.PHONY: install demo test lint format bench clean docs release-check
+.PHONY: install demo test lint format bench clean docs release-check matrix matrix-oldest matrix-newer-python matrix-list constraints
 
-$(BIN)/.installed: pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
+# Version matrix: one session per constraints/airflow-A-pydantic-ai-P.txt, each in its own venv
+# under .matrix/, installed with uv (from PyPI, into .tools/) because it installs a full Airflow
+# in seconds where pip takes minutes. `make matrix-list` names the sessions.
+MATRIX_AIRFLOW := 3.1.8 3.2.2 3.3.2
+MATRIX_PYDANTIC_AI := 2.62.0 2.68.0
+MATRIX_SESSIONS := $(foreach a,$(MATRIX_AIRFLOW),$(foreach p,$(MATRIX_PYDANTIC_AI),airflow-$(basename $(a))-pydantic-ai-$(basename $(p))))
+MATRIX_OLDEST := airflow-$(basename $(firstword $(MATRIX_AIRFLOW)))-pydantic-ai-$(basename $(firstword $(MATRIX_PYDANTIC_AI)))
+# The interpreter of every session: a name on PATH or a path (uv never downloads one here). Each
+# interpreter gets its own venvs: .matrix/<interpreter>/airflow-A-pydantic-ai-P.
+MATRIX_PYTHON ?= python3.11
+MATRIX_ENV = .matrix/$(notdir $(MATRIX_PYTHON))/airflow-$*
+# A newer Python for `make matrix-newer-python`: none comes from the package registries here (Debian 12
+# has no python3.12/3.13 package, and uv's own downloads come from GitHub); pyenv's 3.13, when the
+# machine has one, is used.
+NEWER_PYTHON ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.13*/bin/python3.13))
+PYTEST_ARGS ?=
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+UV_VERSION := 0.13.9
+export UV_PYTHON_DOWNLOADS := never
+
+# uv installs the pinned set several times faster than pip (docs/compatibility.rst has the figures);
+# --seed keeps pip in the venv for anyone who uses it.
+$(BIN)/.installed: pyproject.toml constraints.txt | $(UV)
+	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(VENV)
+	$(UV) pip install --quiet --python $(BIN)/python -c constraints.txt -e ".[test]"
 	touch $@
 
 install: $(BIN)/.installed
 
 # The docs extra goes into the same .venv (autodoc imports the provider and Airflow).
 $(BIN)/.docs-installed: $(BIN)/.installed
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[docs]"
+	$(UV) pip install --quiet --python $(BIN)/python -c constraints.txt -e ".[docs]"
 	touch $@
 
 # Strict and offline: warnings are errors, -n checks every internal reference (pages, labels, objects).
@@ -31,8 +53,8 @@ docs: $(BIN)/.docs-installed
 	@echo "docs: docs/_build/html/index.html"
 
 # Build the wheel and sdist, check them, install the wheel into a fresh venv and run the example DAG there.
-release-check:
-	PYTHON=$(PYTHON) .ci/release-check
+release-check: | $(UV)
+	UV=$(abspath $(UV)) PYTHON=$(PYTHON) .ci/release-check
 
 demo: install
 	rm -rf $(CURDIR)/.demo
@@ -60,5 +82,44 @@ format: install
 bench: install
 	$(BIN)/python -m bench
 
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet uv==$(UV_VERSION)
+
+matrix-list:
+	@for s in $(MATRIX_SESSIONS); do echo "matrix-$$s"; done
+
+matrix: $(addprefix matrix-,$(MATRIX_SESSIONS))
+
+matrix-oldest: matrix-$(MATRIX_OLDEST)
+
+# One session: a fresh venv, the package with its `test` extra under that combination's constraints,
+# then the whole suite. A missing constraints file is an error, never an unpinned install.
+matrix-airflow-%: $(UV)
+	@test -f constraints/airflow-$*.txt || { echo "no constraints/airflow-$*.txt; run make matrix-list"; exit 2; }
+	$(UV) venv --quiet --clear --python $(MATRIX_PYTHON) $(MATRIX_ENV)
+	$(UV) pip install --quiet --python $(MATRIX_ENV)/bin/python -c constraints/airflow-$*.txt -e ".[test]"
+	@$(MATRIX_ENV)/bin/python -c "import sys; from importlib.metadata import version as v; \
+		print('matrix session airflow-$*: Python', sys.version.split()[0], 'Airflow', v('apache-airflow'), \
+		'pydantic-ai-slim', v('pydantic-ai-slim'))"
+	$(MATRIX_ENV)/bin/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+# The latest combination on a newer Python (see NEWER_PYTHON); not part of `make matrix`.
+matrix-newer-python:
+	@test -n "$(NEWER_PYTHON)" || { echo "no Python 3.13 found (set NEWER_PYTHON=/path/to/python3.13)"; exit 2; }
+	$(MAKE) matrix-airflow-$(basename $(lastword $(MATRIX_AIRFLOW)))-pydantic-ai-$(basename $(lastword $(MATRIX_PYDANTIC_AI))) \
+		MATRIX_PYTHON=$(NEWER_PYTHON)
+
+# Regenerate every constraints/*.txt from pyproject.toml: the two pinned versions, everything else
+# the newest release that resolves on Python 3.11 / Linux.
+constraints: $(UV)
+	mkdir -p constraints
+	@set -e; for a in $(MATRIX_AIRFLOW); do for p in $(MATRIX_PYDANTIC_AI); do \
+		out=constraints/airflow-$${a%.*}-pydantic-ai-$${p%.*}.txt; \
+		printf 'apache-airflow==%s\npydantic-ai-slim==%s\n' $$a $$p > $(TOOLS)/pins.txt; \
+		$(UV) pip compile pyproject.toml --extra test -c $(TOOLS)/pins.txt --python-version 3.11 \
+			--python-platform x86_64-unknown-linux-gnu --no-header --no-annotate --quiet -o $$out; \
+		echo "wrote $$out"; done; done
+
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache docs/_build dist
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache docs/_build dist .matrix .tools

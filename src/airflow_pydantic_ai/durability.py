@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.codec import iter_text
 from airflow_pydantic_ai.durable.run import describe_error
@@ -103,7 +104,7 @@ def resolve_cache_path(override: str | None = None) -> Any:
             f"{option} {url!r} cannot be opened: {error}. Check the connection id in the URL "
             "(scheme://conn_id@bucket/prefix) and that the connection exists."
         ) from error
-    conn_id = getattr(path, "conn_id", None)
+    conn_id = _compat.storage_conn_id(path)
     if conn_id:
         _check_connection(option, url, conn_id)
     try:
@@ -231,15 +232,9 @@ def _secret_finder() -> Any:
     does not stop a step from being cached. The masker's pattern is read at every check, since secrets
     are registered while the task runs.
     """
-    try:
-        from airflow.sdk._shared.secrets_masker import _secrets_masker
-    except ImportError:  # pragma: no cover - older task SDKs
-        from airflow.sdk.execution_time.secrets_masker import _secrets_masker  # type: ignore[no-redef]
-    masker = _secrets_masker()
 
     def contains_secret(payload: Any) -> bool:
-        pattern = masker.replacer
-        return pattern is not None and any(pattern.search(text) for text in iter_text(payload))
+        return any(_compat.redact(text) != text for text in iter_text(payload))
 
     return contains_secret
 
@@ -315,7 +310,7 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
         base.fs, base.path, base_url, identity, warn=log.warning, cipher=_cipher(), timeout=_storage_timeout()
     )
     log.info("Durable: the cache of this task instance is %s (delete it to force a fresh run)", store.location)
-    if not getattr(base, "conn_id", None) and not store.is_local:
+    if not _compat.storage_conn_id(base) and not store.is_local:
         log.info(
             "Durable: %s names no connection, so the worker's default credentials are used (environment, "
             "instance profile...); every worker must reach the same location with them",

@@ -4,7 +4,8 @@ to fix.
 
 The cache location comes either from ``AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH`` (one ``dag.test()``
 per case) or from ``AgentOperator(durable_cache_path=...)`` (many tasks in one ``dag.test()``; each
-task's exception is captured by its ``on_failure_callback``).
+task's exception is recorded by the operator subclass below: Airflow 3.1's ``dag.test()`` leaves
+``context["exception"]`` out of the failure callback's context, so a callback cannot see it there).
 """
 
 from __future__ import annotations
@@ -47,8 +48,19 @@ def counting_agent(task_id: str) -> Agent[Any, str]:
     return agent
 
 
-def remember_error(context: Any) -> None:
-    ERRORS[context["ti"].task_id] = f"{type(context['exception']).__name__}: {context['exception']}"
+def recording_operator() -> type:
+    """``AgentOperator`` that records the exception its ``execute`` raises in ``ERRORS``, by task id."""
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    class RecordingAgentOperator(AgentOperator):
+        def execute(self, context: Any) -> Any:
+            try:
+                return super().execute(context)
+            except Exception as error:
+                ERRORS[self.task_id] = f"{type(error).__name__}: {error}"
+                raise
+
+    return RecordingAgentOperator
 
 
 @pytest.fixture(autouse=True)
@@ -63,8 +75,7 @@ def make_dag(dag_id: str, tasks: dict[str, str | None], retries: int = 0):
     """One durable AgentOperator per entry: task_id -> durable_cache_path override (None: the config)."""
     from airflow.sdk import DAG
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
+    operator = recording_operator()
     with DAG(
         dag_id=dag_id,
         schedule=None,
@@ -72,13 +83,12 @@ def make_dag(dag_id: str, tasks: dict[str, str | None], retries: int = 0):
         default_args={"retries": retries, "retry_delay": timedelta(0)},
     ) as dag:
         for task_id, override in tasks.items():
-            AgentOperator(
+            operator(
                 task_id=task_id,
                 prompt="Do the thing once.",
                 agent=counting_agent(task_id),
                 durable=True,
                 durable_cache_path=override,
-                on_failure_callback=remember_error,
             )
     return dag
 

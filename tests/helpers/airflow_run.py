@@ -20,8 +20,9 @@ def sync_dag(dag: DAG) -> None:
     function must be written explicitly or ``dag.test()`` finds no DagVersion.
     """
     from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from tests.helpers.compat import dagbag_api
 
+    DagBag, sync_bag_to_db = dagbag_api()
     DagBundlesManager().sync_bundles_to_db()
     bag = DagBag(dag_folder=os.devnull, collect_dags=False)
     bag.bag_dag(dag)

@@ -18,6 +18,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import UsageLimits
+from tests.helpers.compat import requires_pydantic_ai
 
 from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
 
@@ -593,6 +594,7 @@ def test_replayed_retries_do_not_lift_the_tool_calls_limit(harness):
     assert live == [2], "one live call allowed on the retry (act 1 replayed), and no more"
 
 
+@requires_pydantic_ai("2.64", "the ModelFallback capability")
 def test_an_answer_from_a_fallback_model_replays_when_the_primary_is_back(harness):
     """With the ModelFallback capability each model is wrapped on its own. Try 1: the primary is down,
     the backup answers and a card is charged; the task then fails. Try 2: the primary is back. The

@@ -13,6 +13,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from tests.helpers.compat import (
+    skip_strict_provider_schema_before_3_2,
+    skip_without_connection_form_metadata,
+    task_runtime_providers_manager,
+)
 
 from airflow_pydantic_ai.get_provider_info import get_provider_info
 
@@ -55,6 +60,7 @@ def test_provider_info_validates_against_airflows_runtime_schema() -> None:
 def test_provider_yaml_validates_against_airflows_strict_schema(provider_yaml: dict[str, Any]) -> None:
     # The schema Airflow's own providers are held to: no unknown top-level keys, integrations with
     # external-doc-url and tags from a fixed list, hooks/operators that name their integration.
+    skip_strict_provider_schema_before_3_2()
     jsonschema.validate(provider_yaml, _airflow_schema("provider.yaml.schema.json"))
 
 
@@ -103,15 +109,15 @@ def test_providers_manager_registers_the_provider_and_its_config() -> None:
         "durable_storage_timeout",
         "durable_encrypt",
     }
+    skip_without_connection_form_metadata()
     assert manager.field_behaviours["pydantic_ai"]["relabeling"] == {"host": "Base URL", "password": "API key"}
 
 
 def test_task_runtime_registers_the_hook_and_the_agent_decorator() -> None:
-    # Airflow 3.3 serves hooks and task decorators from the task SDK's providers manager.
+    # Airflow 3.2+ serves hooks and task decorators from the task SDK's providers manager, 3.1 from core's.
     from airflow.sdk import task
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
 
-    manager = ProvidersManagerTaskRuntime()
+    manager = task_runtime_providers_manager()
 
     hook_info = manager.hooks["pydantic_ai"]
     assert hook_info is not None
@@ -147,6 +153,7 @@ def test_task_pydantic_ai_builds_our_operator() -> None:
 
 
 def test_connection_form_metadata_reaches_the_ui_api() -> None:
+    skip_without_connection_form_metadata()
     from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
 
     [meta] = [m for m in HookMetaService.hook_meta_data() if m.connection_type == "pydantic_ai"]

@@ -7,9 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, determine_kwargs, task_decorator_factory
-from airflow.sdk.definitions._internal.types import SET_DURING_EXECUTION
-from airflow.sdk.definitions.context import context_merge
+# common.compat's names for the decorator machinery: stable across Airflow 3.1-3.3 (SET_DURING_EXECUTION
+# is otherwise only importable from a private module).
+from airflow.providers.common.compat.sdk import (
+    SET_DURING_EXECUTION,
+    DecoratedOperator,
+    TaskDecorator,
+    context_merge,
+    determine_kwargs,
+    task_decorator_factory,
+)
 
 from airflow_pydantic_ai.operators.agent import AgentOperator
 

@@ -1,0 +1,48 @@
+"""Everything that differs between the Airflow releases this package supports (3.1, 3.2, 3.3).
+
+Each difference is one small function, gated on the installed release where the APIs disagree, so
+the rest of the package reads the same on every release. Where
+``apache-airflow-providers-common-compat`` already offers a stable name, it is used instead of a gate.
+Airflow is imported inside the functions, never at module import, so DAG parsing stays cheap.
+The releases this covers are the ones ``constraints/`` pins and ``make matrix`` tests.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+__all__ = ["airflow_version_at_least", "redact", "storage_conn_id"]
+
+
+@functools.cache
+def _airflow_release() -> tuple[int, int]:
+    from airflow import __version__
+
+    major, minor = __version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def airflow_version_at_least(major: int, minor: int) -> bool:
+    """True when the installed Airflow is ``major.minor`` or newer (pre-releases count as their release)."""
+    return _airflow_release() >= (major, minor)
+
+
+def redact(value: Any) -> Any:
+    """``value`` with every secret registered with Airflow's secrets masker replaced by ``***``.
+
+    The masker moved between task SDK releases; common.compat's ``redact`` is the stable name for it.
+    """
+    from airflow.providers.common.compat.sdk import redact as airflow_redact
+
+    return airflow_redact(value)
+
+
+def storage_conn_id(path: Any) -> str | None:
+    """The connection id an ``ObjectStoragePath`` was built with (``s3://conn_id@bucket/...``), or None.
+
+    Airflow 3.2 made it the ``conn_id`` property; 3.1 keeps it in ``storage_options``.
+    """
+    if airflow_version_at_least(3, 2):
+        return path.conn_id
+    return path.storage_options.get("conn_id")
