@@ -77,6 +77,7 @@ def test_every_config_option_has_what_airflow_requires() -> None:
     options = get_provider_info()["config"]["pydantic_ai"]["options"]
 
     assert set(options) == {
+        "cache_view",
         "durable_cache_path",
         "durable_storage_errors",
         "durable_storage_timeout",
@@ -98,6 +99,7 @@ def test_providers_manager_registers_the_provider_and_its_config() -> None:
     assert manager.providers[PACKAGE].version == distribution(PACKAGE).version
     configs = dict(manager.provider_configs)
     assert set(configs[PACKAGE]["pydantic_ai"]["options"]) == {
+        "cache_view",
         "durable_cache_path",
         "durable_storage_errors",
         "durable_storage_timeout",

@@ -25,6 +25,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, RetryFeedbackPart,
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage, UsageLimits
 
+from airflow_pydantic_ai.durable.attempts import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.codec import (
     UnsupportedValue,
     decode_response,
@@ -142,6 +143,9 @@ class DurableRun:
     _failed_writes_in_a_row: int = field(default=0, repr=False)
     _skip_writes_until: float = field(default=0.0, repr=False)
     _storage_error: str = field(default="", repr=False)
+    _changes: list[str] = field(default_factory=list, repr=False)
+    """The "changed: ..." warnings of this attempt, for its attempt record."""
+    _finished: bool = field(default=False, repr=False)
 
     @classmethod
     def open(
@@ -312,13 +316,12 @@ class DurableRun:
         changes = changed_components(recorded.components, step.components) or [
             "an earlier step (same request, different history of replays)"
         ]
-        self.log.warning(
-            "Durable: model step %d differs from what attempt %d recorded; changed: %s. "
-            "It runs live, and so does every step after it.",
-            step.number,
-            recorded.attempt,
-            ", ".join(changes),
+        warning = (
+            f"Durable: model step {step.number} differs from what attempt {recorded.attempt} recorded; "
+            f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
         )
+        self._changes.append(warning)
+        self.log.warning("%s", warning)
 
     # --- tool steps ----------------------------------------------------------------------------
 
@@ -487,9 +490,13 @@ class DurableRun:
                 "Durable: %d steps of this attempt were not persisted and will run again on a retry",
                 self.not_persisted,
             )
+        if not self._finished:  # a finished run deleted its cache: leave nothing behind
+            record = AttemptRecord(self.attempt, self.summary(), tuple(self._changes))
+            record_attempt(self.store, record, warn=self.log.warning)
 
     def finish(self) -> None:
         """The task succeeded and its result is pushed: delete the cache (a failure here never fails the task)."""
+        self._finished = True
         try:
             self.store.clear()
         except Exception as error:
