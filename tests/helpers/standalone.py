@@ -241,7 +241,7 @@ class AirflowCluster:
             headers["Authorization"] = f"Bearer {self.token()}"
         request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=30) as response:
                 payload = response.read()
         except urllib.error.HTTPError as error:
             raise ClusterError(f"{method} {path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
