@@ -64,10 +64,12 @@ DAG_ID = "durable_cache_view"  # as in DAG_FILE
 OTHER_DAG_ID = "another_dag"
 TASK_ID = "triage"
 USERS = {"admin": ("admin", "admin-pw-1"), "viewer": ("viewer", "viewer-pw-1")}
-RUN_TIMEOUT = 90
-SCREENSHOTS = Path(os.environ.get("AIRFLOW_PYDANTIC_AI_SCREENSHOTS", "")) if os.environ.get(
-    "AIRFLOW_PYDANTIC_AI_SCREENSHOTS"
-) else None
+RUN_TIMEOUT = 240  # seconds from trigger (or clear) to a finished run; about 10 s on an idle machine
+SCREENSHOTS = (
+    Path(os.environ.get("AIRFLOW_PYDANTIC_AI_SCREENSHOTS", ""))
+    if os.environ.get("AIRFLOW_PYDANTIC_AI_SCREENSHOTS")
+    else None
+)
 
 SUMMARY = re.compile(
     r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
@@ -158,12 +160,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     )
     cluster.login = USERS["admin"]
     # The simple auth manager keeps the passwords it has generated in this file; known ones are kept.
-    (cluster.home / "simple_auth_manager_passwords.json.generated").write_text(
-        json.dumps(dict(USERS.values()))
-    )
+    (cluster.home / "simple_auth_manager_passwords.json.generated").write_text(json.dumps(dict(USERS.values())))
     started = time.monotonic()
-    with cluster.running():
-        cluster.wait_for_dag(DAG_ID, timeout=60)
+    with cluster.running(ready_timeout=180):
+        cluster.wait_for_dag(DAG_ID, timeout=120)
         runs = {"fork": cluster.trigger(DAG_ID), "delete": cluster.trigger(DAG_ID)}
         for run_id in runs.values():
             state = cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT)

@@ -287,7 +287,10 @@ class AirflowCluster:
         state = None
         while time.monotonic() < deadline:
             self.check_alive()
-            state = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            try:
+                state = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            except TimeoutError:  # a busy machine: the api-server answers late, not never
+                continue
             if state in TERMINAL_RUN_STATES:
                 return state
             time.sleep(1)

@@ -269,8 +269,7 @@ def create_app() -> FastAPI:
         if action == "delete":
             title = "Delete the durable cache?"
             explanation = (
-                f"All {len(steps)} recorded steps of this task instance are deleted. "
-                "Its next try runs every step live."
+                f"All {len(steps)} recorded steps of this task instance are deleted. Its next try runs every step live."
             )
             url, button, step_text = task.url("delete"), "Delete cache", ""
         else:

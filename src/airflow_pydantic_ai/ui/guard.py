@@ -38,7 +38,9 @@ class FormTokens:
         expires = int((now if now is not None else time.time()) + _LIFETIME)
         return f"{expires}.{self._mac(user_id, action, target, expires)}"
 
-    def check(self, token: str, user_id: str, action: str, target: tuple[str, ...], *, now: float | None = None) -> bool:
+    def check(
+        self, token: str, user_id: str, action: str, target: tuple[str, ...], *, now: float | None = None
+    ) -> bool:
         expires_text, _, mac = token.partition(".")
         if not expires_text.isdigit() or not mac:
             return False

@@ -129,9 +129,7 @@ def view_page(data: ViewData, static: str) -> str:
             f'<p class="summary"><code>{escape(data.latest.summary)}</code></p>{warnings}</section>'
         )
     if data.running:
-        parts.append(
-            '<p class="notice">This task instance is running: deleting is refused until it has finished.</p>'
-        )
+        parts.append('<p class="notice">This task instance is running: deleting is refused until it has finished.</p>')
     if not data.exists:
         parts.append('<p class="empty">Nothing recorded for this task instance.</p>')
         return _page("Durable cache", "".join(parts), _static(task))

@@ -27,9 +27,7 @@ def view_enabled() -> bool:
 
 def _href() -> str:
     base_path = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
-    return (
-        f"{base_path}{MOUNT_PATH}/?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}&map_index={{MAP_INDEX}}"
-    )
+    return f"{base_path}{MOUNT_PATH}/?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}&map_index={{MAP_INDEX}}"
 
 
 def _fastapi_apps() -> list[dict[str, Any]]:

@@ -52,9 +52,7 @@ def notify_team(ticket_id: int) -> str:
 
 
 def one_tool_at_a_time(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    done = {
-        part.tool_name for message in messages for part in message.parts if isinstance(part, ToolReturnPart)
-    }
+    done = {part.tool_name for message in messages for part in message.parts if isinstance(part, ToolReturnPart)}
     for tool in TOOLS:
         if tool not in done:
             return ModelResponse(parts=[ToolCallPart(tool, {"ticket_id": 42}, tool_call_id=f"call_{tool}")])
