@@ -276,9 +276,10 @@ def create_app() -> FastAPI:
             if step is None or not 1 <= step <= len(steps):
                 raise _Refusal(404, "No such step", f"There is no step {step} in this cache.", task)
             title = f"Run live from step {step}?"
+            kept = "nothing" if step == 1 else "step 1" if step == 2 else f"steps 1 to {step - 1}"
             explanation = (
                 f"Steps {step} to {len(steps)} ({len(steps) - step + 1} steps) are deleted. The next try "
-                f"replays steps 1 to {step - 1} and runs live from step {step}."
+                f"replays {kept} and runs live from step {step}."
             )
             url, button, step_text = task.url("fork", step=step), "Run live from this step", str(step)
         token = _tokens().issue(_user_id(user), action, (*_target(task), step_text))
