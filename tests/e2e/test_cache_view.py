@@ -154,6 +154,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
             "AIRFLOW__API__SECRET_KEY": "cache-view-test-secret",
+            # A busy machine makes the api-server's first answers slow; the default (5 s) kills the task.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
             "CACHE_VIEW_FAIL": str(fail_marker),
             "CACHE_VIEW_CALLS": str(root / "tool-calls.txt"),
         },
@@ -164,7 +166,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     started = time.monotonic()
     with cluster.running(ready_timeout=180):
         cluster.wait_for_dag(DAG_ID, timeout=120)
-        runs = {"fork": cluster.trigger(DAG_ID), "delete": cluster.trigger(DAG_ID)}
+        runs = {name: cluster.trigger(DAG_ID) for name in ("fork", "delete", "http")}
         for run_id in runs.values():
             state = cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT)
             assert state == "failed", f"try 1 should fail and keep its cache\n{cluster.tails()}"
@@ -187,9 +189,9 @@ def browser(site: Site) -> Iterator[Any]:
 
 def log_in(browser: Any, site: Site, user: str) -> Any:
     """A page of a fresh browser context, logged in through the simple auth manager's form."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
-    page.set_default_timeout(20_000)
+    page.set_default_timeout(60_000)
     page.goto(f"{site.base}/")
     username, password = USERS[user]
     page.get_by_label(re.compile("username", re.IGNORECASE)).fill(username)
@@ -241,7 +243,8 @@ def test_run_live_from_step_2_then_a_real_retry_replays_only_step_1(site: Site, 
         ("5", "model", "function:triage-model"),
     ], rows
     assert rows[1][3] == "call_fetch_ticket" and rows[1][4] == "1", rows
-    assert frame.get_by_text("Durable: replayed 0 cached steps (0 model, 0 tool), executed 5 new steps").count() == 1
+    first_try = "Durable: replayed 0 cached steps (0 model, 0 tool), executed 6 new steps (3 model, 3 tool)"
+    assert frame.get_by_text(first_try).count() == 1
     assert frame.get_by_text(str(site.cache_folder(run_id))).count() == 1
 
     frame.locator("table.steps tbody tr").nth(1).get_by_role("link", name="Show").click()
@@ -283,3 +286,87 @@ def test_delete_cache_then_a_real_retry_runs_every_step_live(site: Site, browser
     retry_and_wait(site, run_id)
     assert site.summaries(run_id, 2) == [(0, 0, 0, 7, 4, 3)]
     assert site.calls()[calls_before:] == [("fetch_ticket", 2), ("lookup_owner", 2), ("notify_team", 2)]
+
+
+# --- the endpoints themselves, without a browser -------------------------------------------------
+
+
+def form_token(page: str) -> str:
+    match = re.search(r'name="form_token" value="([^"]+)"', page)
+    assert match, page[:2000]
+    return match.group(1)
+
+
+def test_a_viewer_sees_the_steps_but_gets_403_on_every_change(site: Site) -> None:
+    viewer = site.cluster.user_token(*USERS["viewer"])
+    query = site.view_query(site.runs["http"])
+
+    status, page = site.http("GET", f"/pydantic-ai/cache/?{query}", token=viewer)
+    assert status == 200 and "fetch_ticket" in page and "Steps (5)" in page
+    for method, path in [
+        ("GET", f"/pydantic-ai/cache/confirm?{query}&action=delete"),
+        ("POST", f"/pydantic-ai/cache/delete?{query}"),
+        ("POST", f"/pydantic-ai/cache/fork?{query}&step=2"),
+    ]:
+        assert site.http(method, path, token=viewer, form={} if method == "POST" else None)[0] == 403, path
+        # With the UI's cookie and a token forged from an admin's page: still the auth manager's 403.
+        assert (
+            site.http(method, path, cookie=viewer, form={"form_token": "1.x"} if method == "POST" else None)[0] == 403
+        ), path
+    assert len(list(site.cache_folder(site.runs["http"]).glob("*.json"))) == 5
+    assert site.http("GET", f"/pydantic-ai/cache/?{query}")[0] == 401  # nobody
+
+
+def test_cookie_posts_need_this_origin_and_the_pages_form_token(site: Site) -> None:
+    admin = site.cluster.user_token(*USERS["admin"])
+    query = site.view_query(site.runs["http"])
+    path = f"/pydantic-ai/cache/fork?{query}&step=5"
+    status, page = site.http("GET", f"/pydantic-ai/cache/confirm?{query}&action=fork&step=5", cookie=admin)
+    assert status == 200
+    token = form_token(page)
+    same_origin = {"Origin": site.base, "Sec-Fetch-Site": "same-origin"}
+
+    refused = [
+        site.http("POST", path, cookie=admin, form={}, headers=same_origin),  # no token
+        site.http("POST", path, cookie=admin, form={"form_token": token}, headers={"Origin": "http://evil.example"}),
+        site.http("POST", path, cookie=admin, form={"form_token": token}, headers={"Sec-Fetch-Site": "cross-site"}),
+        # A token for step 5 does not delete from step 2.
+        site.http("POST", path.replace("step=5", "step=2"), cookie=admin, form={"form_token": token}),
+    ]
+    assert [status for status, _ in refused] == [403, 403, 403, 403], refused
+    assert len(list(site.cache_folder(site.runs["http"]).glob("*.json"))) == 5
+
+    status, _ = site.http("POST", path, cookie=admin, form={"form_token": token}, headers=same_origin)
+    assert status == 303
+    assert len(list(site.cache_folder(site.runs["http"]).glob("*.json"))) == 4
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "run_id", "task_id", "map_index"),
+    [
+        ("..", "..", "..", "-1"),
+        (DAG_ID, "../../../", "..", "-1"),
+        (DAG_ID, "..%2F..%2F..", TASK_ID, "-1"),
+        ("../" + DAG_ID, "RUN", TASK_ID, "-1"),
+        (OTHER_DAG_ID, "RUN", TASK_ID, "-1"),  # another DAG's ids with this run id
+        (DAG_ID, "RUN", TASK_ID, "0"),  # a map index the task instance does not have
+    ],
+)
+def test_no_endpoint_reaches_outside_the_task_instances_prefix(
+    site: Site, dag_id: str, run_id: str, task_id: str, map_index: str
+) -> None:
+    admin = site.cluster.user_token(*USERS["admin"])
+    run_id = run_id.replace("RUN", site.runs["http"])
+    sentinel = site.root / "cache" / "sentinel.json"
+    sentinel.write_text("{}")
+    query = site.view_query(run_id, dag_id=dag_id, task_id=task_id, map_index=map_index)
+
+    for method, path in [
+        ("GET", f"/pydantic-ai/cache/?{query}&step=1"),
+        ("POST", f"/pydantic-ai/cache/delete?{query}"),
+        ("POST", f"/pydantic-ai/cache/fork?{query}&step=1"),
+    ]:
+        status, page = site.http(method, path, token=admin, form={} if method == "POST" else None)
+        assert status == 404 and "There is no task instance with these ids" in page, (path, status, page[:500])
+    assert sentinel.exists()
+    assert len(list(site.cache_folder(site.runs["http"]).glob("*.json"))) >= 4
