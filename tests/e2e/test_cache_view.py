@@ -164,7 +164,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     # The simple auth manager keeps the passwords it has generated in this file; known ones are kept.
     (cluster.home / "simple_auth_manager_passwords.json.generated").write_text(json.dumps(dict(USERS.values())))
     started = time.monotonic()
-    with cluster.running(ready_timeout=180):
+    with cluster.running(ready_timeout=240, migrate_timeout=240):
         cluster.wait_for_dag(DAG_ID, timeout=120)
         runs = {name: cluster.trigger(DAG_ID) for name in ("fork", "delete", "http")}
         for run_id in runs.values():
@@ -272,8 +272,11 @@ def test_run_live_from_step_2_then_a_real_retry_replays_only_step_1(site: Site, 
 def test_delete_cache_then_a_real_retry_runs_every_step_live(site: Site, browser: Any) -> None:
     run_id = site.runs["delete"]
     page = log_in(browser, site, "admin")
+    page.evaluate("window.localStorage.setItem('theme', 'dark')")  # the UI's colour mode: the view follows it
     frame = open_cache_tab(page, site, run_id)
     assert len(step_rows(frame)) == 5
+    assert frame.locator("html").get_attribute("data-theme") == "dark"
+    shoot(page, "cache-view-dark.png")
 
     frame.get_by_role("link", name="Delete cache").click()
     frame.get_by_text("All 5 recorded steps of this task instance are deleted").wait_for()
