@@ -17,10 +17,10 @@ inside the handlers: workers import the plugin too.
 from __future__ import annotations
 
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from fastapi import FastAPI, Form, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
@@ -91,6 +91,9 @@ async def _user(request: Request) -> Any:
 
     credentials = await bearer_scheme(request)
     return await get_user(request, None, credentials)
+
+
+_UserDep = Annotated[Any, Depends(_user)]
 
 
 def _authorize(user: Any, dag_id: str, method: str) -> None:
@@ -203,15 +206,16 @@ def create_app() -> FastAPI:
         return TaskRef(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=_map_index(map_index), root=_root())
 
     @app.get("/static/{name}")
-    async def static(name: str) -> Response:
+    def static(name: str) -> Response:
         if name not in _STATIC:
             raise HTTPException(404, "Not found")
         data = resources.files("airflow_pydantic_ai.ui").joinpath("static", name).read_bytes()
         return Response(data, media_type=_STATIC[name], headers={"Cache-Control": "max-age=3600"})
 
     @app.get("/", response_class=HTMLResponse)
-    async def view(
+    def view(
         request: Request,
+        user: _UserDep,
         dag_id: str = Query(min_length=1),
         run_id: str = Query(min_length=1),
         task_id: str = Query(min_length=1),
@@ -219,7 +223,6 @@ def create_app() -> FastAPI:
         step: int | None = None,
         done: str = "",
     ) -> Response:
-        user = await _user(request)
         _authorize(user, dag_id, "GET")
         task = task_ref(dag_id, run_id, task_id, map_index)
         state, try_number, operator = _task_row(task)
@@ -251,8 +254,9 @@ def create_app() -> FastAPI:
         return _html(view_page(data, f"{task.root}/static"))
 
     @app.get("/confirm", response_class=HTMLResponse)
-    async def confirm(
+    def confirm(
         request: Request,
+        user: _UserDep,
         dag_id: str = Query(min_length=1),
         run_id: str = Query(min_length=1),
         task_id: str = Query(min_length=1),
@@ -260,7 +264,6 @@ def create_app() -> FastAPI:
         map_index: str = "-1",
         step: int | None = None,
     ) -> Response:
-        user = await _user(request)
         _authorize(user, dag_id, "PUT")
         task = task_ref(dag_id, run_id, task_id, map_index)
         state, _, _ = _task_row(task)
@@ -289,15 +292,15 @@ def create_app() -> FastAPI:
         return _html(page)
 
     @app.post("/delete")
-    async def delete(
+    def delete(
         request: Request,
+        user: _UserDep,
         dag_id: str = Query(min_length=1),
         run_id: str = Query(min_length=1),
         task_id: str = Query(min_length=1),
         map_index: str = "-1",
         form_token: str = Form(default=""),
     ) -> Response:
-        user = await _user(request)
         _authorize(user, dag_id, "PUT")
         task = task_ref(dag_id, run_id, task_id, map_index)
         _check_post(request, user, form_token, "delete", (*_target(task), ""))
@@ -307,8 +310,9 @@ def create_app() -> FastAPI:
         return RedirectResponse(task.url(done=f"deleted:{count}"), status_code=303)
 
     @app.post("/fork")
-    async def fork(
+    def fork(
         request: Request,
+        user: _UserDep,
         dag_id: str = Query(min_length=1),
         run_id: str = Query(min_length=1),
         task_id: str = Query(min_length=1),
@@ -316,7 +320,6 @@ def create_app() -> FastAPI:
         map_index: str = "-1",
         form_token: str = Form(default=""),
     ) -> Response:
-        user = await _user(request)
         _authorize(user, dag_id, "PUT")
         task = task_ref(dag_id, run_id, task_id, map_index)
         _check_post(request, user, form_token, "fork", (*_target(task), str(step)))
