@@ -478,6 +478,9 @@ class StepStore:
     def read_notes(self, prefix: str) -> dict[str, bytes]:
         """The notes whose names start with ``prefix`` (which starts with "."); an unreadable one is left out."""
         _check_note_name(prefix)
+        invalidate = getattr(self.fs, "invalidate_cache", None)
+        if invalidate is not None:
+            invalidate(self.root)
         try:
             listing = self._request("ls", self.root, detail=False)
         except (FileNotFoundError, NotADirectoryError):
