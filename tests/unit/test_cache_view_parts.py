@@ -179,3 +179,27 @@ def test_the_page_escapes_every_value() -> None:
 
     assert "<script>" not in page.replace('<script src="/static/theme.js"></script>', "")
     assert "&lt;dag&gt;" in page and "Nothing recorded for this task instance." in page
+
+
+def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_path: Path) -> None:
+    from airflow.sdk.log import mask_secret
+
+    from airflow_pydantic_ai.durable.store import StepEntry
+    from airflow_pydantic_ai.ui.app import render_step
+
+    store = _store(tmp_path)
+    mask_secret("registered-secret-value-123")
+    payload = {
+        "outcome": "return",
+        "value": {"api_key": "sk-live-abc", "note": "contains registered-secret-value-123", "big": "x" * 10_000},
+    }
+    store.put(StepEntry(kind="tool", key="k1", step=1, attempt=1, label="lookup", payload=payload, call_id="c1"))
+
+    info, text = render_step(CacheReader(store), 1)
+
+    assert info.name == "lookup"
+    assert "sk-live-abc" not in text and "registered-secret-value-123" not in text
+    assert "***" in text
+    assert len(text) < 4096 + 100 and text.endswith("more characters not shown)")
+    with pytest.raises(KeyError):
+        render_step(CacheReader(store), 2)

@@ -16,6 +16,8 @@ inside the handlers: workers import the plugin too.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from importlib import resources
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -23,6 +25,7 @@ from urllib.parse import urlsplit
 from fastapi import Depends, FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from airflow_pydantic_ai.durable import CacheReader, StepDetail, StepInfo
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import (
     Confirmation,
@@ -33,7 +36,7 @@ from airflow_pydantic_ai.ui.pages import (
     view_page,
 )
 
-__all__ = ["ACTIVE_STATES", "MOUNT_PATH", "create_app"]
+__all__ = ["ACTIVE_STATES", "MOUNT_PATH", "create_app", "render_step"]
 
 MOUNT_PATH = "/pydantic-ai/cache"
 """Where the app is mounted on the api-server (after ``[api] base_url``'s path)."""
@@ -144,12 +147,35 @@ def _open(task: TaskRef) -> Any:
         raise _Refusal(503, "The durable cache cannot be opened", str(error), task) from None
 
 
-def _redactor() -> Any:
-    try:
-        from airflow._shared.secrets_masker import redact
-    except ImportError:  # pragma: no cover - other Airflow layouts
-        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
+def _redactor() -> Callable[[Any], Any]:
+    """Airflow's secrets masking: values under sensitive keys, and values registered as secrets with
+    either of Airflow's maskers (the core one of the api-server, the task SDK's)."""
+    maskers: list[Callable[[Any], Any]] = []
+    for module in ("airflow._shared.secrets_masker", "airflow.sdk._shared.secrets_masker"):
+        try:
+            maskers.append(importlib.import_module(module).redact)
+        except ImportError:  # pragma: no cover - other Airflow layouts
+            continue
+
+    def redact(value: Any) -> Any:
+        for mask in maskers:
+            value = mask(value)
+        return value
+
     return redact
+
+
+def render_step(reader: CacheReader, number: int) -> tuple[StepInfo, str]:
+    """Step ``number`` as the view shows it: secrets masked (sensitive keys and registered values), truncated.
+
+    Raises ``KeyError`` when there is no such step.
+    """
+    detail = reader.read(number)
+    redact = _redactor()
+    text = StepDetail(detail.info, redact(detail.content)).render(limit=None, redact=redact)
+    if len(text) > _CONTENT_LIMIT:
+        text = f"{text[:_CONTENT_LIMIT]}\n... ({len(text) - _CONTENT_LIMIT} more characters not shown)"
+    return detail.info, text
 
 
 def _tokens() -> FormTokens:
@@ -244,13 +270,9 @@ def create_app() -> FastAPI:
         )
         if step is not None and steps:
             try:
-                detail = access.reader.read(step)
+                data.shown_step, data.shown_content = render_step(access.reader, step)
             except KeyError:
                 raise _Refusal(404, "No such step", f"There is no step {step} in this cache.", task) from None
-            redact = _redactor()
-            masked = type(detail)(detail.info, redact(detail.content))
-            data.shown_step = detail.info
-            data.shown_content = masked.render(limit=_CONTENT_LIMIT, redact=redact)
         return _html(view_page(data, f"{task.root}/static"))
 
     @app.get("/confirm", response_class=HTMLResponse)
