@@ -162,6 +162,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
             "CACHE_VIEW_FAIL": str(fail_marker),
             "CACHE_VIEW_CALLS": str(root / "tool-calls.txt"),
+            "CACHE_VIEW_HOLD": str(root / "hold-fetch"),
         },
     )
     cluster.login = USERS["admin"]
@@ -377,3 +378,30 @@ def test_no_endpoint_reaches_outside_the_task_instances_prefix(
         assert status == 404 and "There is no task instance with these ids" in page, (path, status, page[:500])
     assert sentinel.exists()
     assert site.entries(site.runs["http"]) >= 4
+
+
+def test_both_buttons_are_refused_while_the_task_instance_runs(site: Site) -> None:
+    admin = site.cluster.user_token(*USERS["admin"])
+    hold = site.root / "hold-fetch"
+    hold.write_text("keep fetch_ticket busy")
+    run_id = site.cluster.trigger(DAG_ID)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while site.cluster.task_instance(DAG_ID, run_id, TASK_ID)["state"] != "running":
+            assert time.monotonic() < deadline, site.cluster.tails()
+            time.sleep(1)
+        query = site.view_query(run_id)
+
+        status, page = site.http("GET", f"/pydantic-ai/cache/?{query}", token=admin)
+        assert status == 200 and "This task instance is running" in page
+        assert "Run live from this step" not in page and "Delete cache" not in page
+        for method, path in [
+            ("GET", f"/pydantic-ai/cache/confirm?{query}&action=delete"),
+            ("POST", f"/pydantic-ai/cache/delete?{query}"),
+            ("POST", f"/pydantic-ai/cache/fork?{query}&step=1"),
+        ]:
+            status, page = site.http(method, path, token=admin, form={} if method == "POST" else None)
+            assert status == 409 and "The task instance is running" in page, (path, status, page[:300])
+    finally:
+        hold.unlink()
+    assert site.cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT) == "success"

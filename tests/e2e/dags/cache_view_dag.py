@@ -4,12 +4,14 @@ Not a test module: the real dag-processor parses it and the LocalExecutor runs i
 ``FunctionModel`` calls three tools one after the other, so a try records five steps (model,
 fetch_ticket, model, lookup_owner, model); ``notify_team`` fails while the file named by
 ``CACHE_VIEW_FAIL`` exists. Every real tool call appends ``<tool> <try number>`` to the file named by
-``CACHE_VIEW_CALLS``.
+``CACHE_VIEW_CALLS``; ``fetch_ticket`` waits while the file named by ``CACHE_VIEW_HOLD`` exists (a
+task instance that stays running).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime
 
 from airflow.sdk import DAG, get_current_context
@@ -32,8 +34,11 @@ def _mark(tool: str) -> None:
 
 
 def fetch_ticket(ticket_id: int) -> dict:
-    """Fetch a ticket."""
+    """Fetch a ticket (slowly while the file named by ``CACHE_VIEW_HOLD`` exists)."""
     _mark("fetch_ticket")
+    deadline = time.monotonic() + 300
+    while os.path.exists(os.environ["CACHE_VIEW_HOLD"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
     return {"id": ticket_id, "title": "Login page times out", "reporter": "ops@example.com"}
 
 
