@@ -135,7 +135,7 @@ def test_a_successful_attempt_leaves_nothing_behind(tmp_path: Path) -> None:
 
 def test_a_damaged_attempt_record_is_ignored(tmp_path: Path) -> None:
     store = _store(tmp_path)
-    store.write_note(".attempt-00003.json", b"{not json")
+    store.write_note(".attempt-00003", b"{not json")
     store.write_note(
         AttemptRecord(2, "Durable: replayed ...").name(), AttemptRecord(2, "Durable: replayed ...").to_bytes()
     )

@@ -1,6 +1,6 @@
 """What each durable attempt ended with, kept beside the cache for people (the UI view).
 
-Layout: ``{prefix}/.attempt-{try:05d}.json``, one small JSON object per try: the try number, the
+Layout: ``{prefix}/.attempt-{try:05d}``, one small JSON object per try: the try number, the
 summary line, the "changed: ..." warning if the try logged one, and when it ended. The name starts
 with ".", so the step loader and the read side never take it for a step.
 
@@ -38,7 +38,7 @@ class AttemptRecord:
     """Seconds since the epoch."""
 
     def name(self) -> str:
-        return f"{_PREFIX}{self.attempt:05d}.json"
+        return f"{_PREFIX}{self.attempt:05d}"
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {"format": _FORMAT, **asdict(self)}
