@@ -315,8 +315,10 @@ def test_failed_run_keeps_the_cache(capfd, cache_base):
     capfd.readouterr()
     assert dr.state == "failed"
     kept = files_under(cache_base)
-    assert len(kept) == 2
-    assert {path.name.split("-")[0] for path in kept} == {"model", "tool"}
+    steps = [path for path in kept if not path.name.startswith(".")]
+    assert len(steps) == 2
+    assert {path.name.split("-")[0] for path in steps} == {"model", "tool"}
+    assert [path.name for path in kept if path not in steps] == [".attempt-00001"], "the try's record (summary)"
     for path in kept:
         assert path.stat().st_mode & 0o077 == 0, "cache files are readable by their owner only"
 
