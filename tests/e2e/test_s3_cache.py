@@ -109,8 +109,9 @@ def test_retry_on_another_worker_replays_from_the_shared_bucket(s3_bucket, tmp_p
     assert "state=failed" in first.stdout
     run_id = first.stdout.split("WORKER RESULT run_id=")[1].split()[0]
     prefix = f"agent-cache/cross_worker.dag-1/{run_id}/triage.ticket-42/-1/"
-    after_first = s3_bucket.list_keys()
+    after_first = [key for key in s3_bucket.list_keys() if not key.startswith(f"{prefix}.attempt-")]
     assert len(after_first) == 2 and all(key.startswith(prefix) for key in after_first)
+    assert s3_bucket.list_keys() == sorted([*after_first, f"{prefix}.attempt-00001"]), "and worker-a's record"
     stored = [json.loads(s3_bucket.read(key)) for key in after_first]
     assert sorted(entry["kind"] for entry in stored) == ["model", "tool"]
     assert all(entry["attempt"] == 1 for entry in stored)
