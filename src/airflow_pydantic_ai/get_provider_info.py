@@ -78,6 +78,12 @@ def get_provider_info() -> dict[str, Any]:
                 },
             }
         ],
+        "plugins": [
+            {
+                "name": "pydantic_ai_durable_cache",
+                "plugin-class": "airflow_pydantic_ai.ui.plugin.DurableCacheViewPlugin",
+            }
+        ],
         "task-decorators": [
             {
                 "class-name": "airflow_pydantic_ai.decorators.agent.agent_task",
@@ -139,6 +145,17 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "boolean",
                         "example": "True",
                         "default": "False",
+                    },
+                    "cache_view": {
+                        "description": (
+                            'Show the "Durable cache" view on task instance pages of the Airflow UI (and '
+                            "serve its endpoints on the api-server under /pydantic-ai/cache). False removes "
+                            "the view and its endpoints; restart the api-server after changing it."
+                        ),
+                        "version_added": "0.2.0",
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
                     },
                 },
             }

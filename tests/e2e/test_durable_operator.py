@@ -149,7 +149,9 @@ def test_deleting_the_cache_between_tries_forces_a_full_rerun(capfd, cache_base)
     out = capfd.readouterr().out
 
     assert dr.state == "success"
-    assert len(deleted) == 2 and all(name.endswith(".json") for name in deleted)
+    steps = [name for name in deleted if not name.startswith(".")]
+    assert len(steps) == 2 and all(name.endswith(".json") for name in steps)
+    assert set(deleted) - set(steps) == {".attempt-00001"}, "try 1's record (summary line) lies beside its steps"
     assert summaries(out) == [(0, 0, 0, 3, 1, 2), (0, 0, 0, 4, 2, 2)]
     assert CALLS == {"fetch_ticket": 2, "notify_team": 2}
     assert "differs from what attempt" not in out, "a deleted cache is a fresh start, not a change"
@@ -313,8 +315,10 @@ def test_failed_run_keeps_the_cache(capfd, cache_base):
     capfd.readouterr()
     assert dr.state == "failed"
     kept = files_under(cache_base)
-    assert len(kept) == 2
-    assert {path.name.split("-")[0] for path in kept} == {"model", "tool"}
+    steps = [path for path in kept if not path.name.startswith(".")]
+    assert len(steps) == 2
+    assert {path.name.split("-")[0] for path in steps} == {"model", "tool"}
+    assert [path.name for path in kept if path not in steps] == [".attempt-00001"], "the try's record (summary)"
     for path in kept:
         assert path.stat().st_mode & 0o077 == 0, "cache files are readable by their owner only"
 

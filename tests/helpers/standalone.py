@@ -116,6 +116,8 @@ class AirflowCluster:
     env: dict[str, str]
     port: int
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    login: tuple[str, str] | None = None
+    """(username, password) for POST /auth/token; None: the all-admins GET /auth/token."""
     _token: str | None = None
 
     @classmethod
@@ -132,9 +134,9 @@ class AirflowCluster:
         return cls(home=home, env=env, port=port)
 
     @contextmanager
-    def running(self, ready_timeout: float = 60) -> Iterator[AirflowCluster]:
+    def running(self, ready_timeout: float = 60, migrate_timeout: float = 60) -> Iterator[AirflowCluster]:
         """Migrate the DB, start the components, wait until ready; always stop them on exit."""
-        self.migrate()
+        self.migrate(migrate_timeout)
         try:
             self.start()
             self.wait_ready(ready_timeout)
@@ -239,7 +241,7 @@ class AirflowCluster:
             headers["Authorization"] = f"Bearer {self.token()}"
         request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=30) as response:
                 payload = response.read()
         except urllib.error.HTTPError as error:
             raise ClusterError(f"{method} {path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
@@ -247,8 +249,16 @@ class AirflowCluster:
 
     def token(self) -> str:
         if self._token is None:
-            self._token = self._request("GET", "/auth/token", auth=False)["access_token"]
+            if self.login is None:
+                self._token = self._request("GET", "/auth/token", auth=False)["access_token"]
+            else:
+                self._token = self.user_token(*self.login)
         return self._token
+
+    def user_token(self, username: str, password: str) -> str:
+        """A JWT for a user of the simple auth manager (``[core] simple_auth_manager_users``)."""
+        body = {"username": username, "password": password}
+        return self._request("POST", "/auth/token", body, auth=False)["access_token"]
 
     def wait_for_dag(self, dag_id: str, timeout: float = 60) -> None:
         """Wait until the dag-processor has parsed and stored ``dag_id``."""
@@ -285,6 +295,11 @@ class AirflowCluster:
                 return state
             time.sleep(1)
         raise ClusterError(f"run {run_id} still {state!r} after {timeout} s:\n{self.tails()}")
+
+    def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """Clear one task instance of a finished run (its next try number is the old one + 1)."""
+        body = {"dry_run": False, "task_ids": [task_id], "dag_run_id": run_id, "reset_dag_runs": True}
+        self._request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", body)
 
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
         return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")

@@ -81,6 +81,8 @@ def inspect_cache(base: Path) -> CacheState:
     if not root.exists():
         return state
     for path in root.iterdir():
+        if path.name.startswith(".attempt-"):
+            continue  # a finished try's record (summary line, for the UI view), not a step nor a temporary file
         if path.name.startswith("."):
             state.temporary.append(path.name)
             continue

@@ -83,6 +83,7 @@ def test_every_config_option_has_what_airflow_requires() -> None:
     options = get_provider_info()["config"]["pydantic_ai"]["options"]
 
     assert set(options) == {
+        "cache_view",
         "durable_cache_path",
         "durable_storage_errors",
         "durable_storage_timeout",
@@ -104,6 +105,7 @@ def test_providers_manager_registers_the_provider_and_its_config() -> None:
     assert manager.providers[PACKAGE].version == distribution(PACKAGE).version
     configs = dict(manager.provider_configs)
     assert set(configs[PACKAGE]["pydantic_ai"]["options"]) == {
+        "cache_view",
         "durable_cache_path",
         "durable_storage_errors",
         "durable_storage_timeout",
@@ -219,3 +221,32 @@ def test_airflow_config_get_value_uses_provider_default_and_env_override() -> No
     assert default.returncode == 0, default.stderr
     assert default.stdout.strip().splitlines()[-1] == "warn"
     assert overridden.strip().splitlines()[-1] == "fail"
+
+
+def _plugins_json(extra_env: dict[str, str]) -> list[dict[str, Any]]:
+    env = {**os.environ, **extra_env}
+    result = subprocess.run(
+        [str(AIRFLOW_BIN), "plugins", "--output", "json"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # Registered once in every mode: never reported as a duplicate (a plugin import error in the UI).
+    assert "already registered" not in result.stdout + result.stderr
+    # Warnings may be logged to stdout before the JSON document.
+    document = result.stdout[result.stdout.index("[{") :]
+    plugins = json.JSONDecoder().raw_decode(document)[0]
+    return [plugin for plugin in plugins if plugin["name"] == "pydantic_ai_durable_cache"]
+
+
+def test_the_cache_view_plugin_is_loaded_with_its_task_instance_tab_and_can_be_turned_off() -> None:
+    # Airflow 3.3 finds it through the airflow.plugins entry point (the browser tests run that default)
+    # and, with lazy provider discovery off, through the provider's "plugins" metadata too: still one plugin.
+    [plugin] = _plugins_json({"AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "True"})
+    assert plugin["external_views"][0]["destination"] == "task_instance"
+    [plugin] = _plugins_json({"AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False"})
+    [view] = plugin["external_views"]
+    assert view["destination"] == "task_instance"
+    assert view["href"].startswith("/pydantic-ai/cache/?dag_id={DAG_ID}&run_id={RUN_ID}&task_id={TASK_ID}")
+    assert [app["url_prefix"] for app in plugin["fastapi_apps"]] == ["/pydantic-ai/cache"]
+
+    [plugin] = _plugins_json({"AIRFLOW__PYDANTIC_AI__CACHE_VIEW": "False"})
+    assert plugin["external_views"] == [] and plugin["fastapi_apps"] == []

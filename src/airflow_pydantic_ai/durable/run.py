@@ -27,6 +27,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, RetryFeedbackPart,
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage, UsageLimits
 
+from airflow_pydantic_ai.durable.attempts import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.codec import (
     UnsupportedValue,
     decode_response,
@@ -161,6 +162,9 @@ class DurableRun:
     """False on the first try of a DAG run or after a clear: an output recorded earlier is never returned."""
     _written: list[str] = field(default_factory=list, repr=False)
     """Names of the entries this attempt stored, oldest first (the cache is deleted newest first)."""
+    _changes: list[str] = field(default_factory=list, repr=False)
+    """The "changed: ..." warnings of this attempt, for its attempt record."""
+    _finished: bool = field(default=False, repr=False)
 
     @classmethod
     def open(
@@ -378,13 +382,12 @@ class DurableRun:
         changes = changed_components(recorded.components, step.components) or [
             "an earlier step (same request, different history of replays)"
         ]
-        self.log.warning(
-            "Durable: model step %d differs from what attempt %d recorded; changed: %s. "
-            "It runs live, and so does every step after it.",
-            step.number,
-            recorded.attempt,
-            ", ".join(changes),
+        warning = (
+            f"Durable: model step {step.number} differs from what attempt {recorded.attempt} recorded; "
+            f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
         )
+        self._changes.append(warning)
+        self.log.warning("%s", warning)
 
     # --- tool steps ----------------------------------------------------------------------------
 
@@ -595,6 +598,9 @@ class DurableRun:
                 self.not_persisted,
                 self.what_next("will run again on a retry"),
             )
+        if not self._finished:  # a finished run deleted its cache: leave nothing behind
+            record = AttemptRecord(self.attempt, self.summary(), tuple(self._changes))
+            record_attempt(self.store, record, warn=self.log.warning)
 
     # --- the output ----------------------------------------------------------------------------
 
@@ -675,6 +681,7 @@ class DurableRun:
 
         Call it once Airflow has recorded the task's success (the operator does, from a success callback).
         """
+        self._finished = True
         recorded = sorted(
             (entry for entry in self.entries.values() if entry.name not in self._written),
             key=lambda entry: (entry.recorded_at or 0.0, entry.attempt, entry.step),

@@ -146,6 +146,11 @@ def _is_entry_name(name: str) -> bool:
     return name.endswith(".json") and not name.startswith(".")
 
 
+def _check_note_name(name: str) -> None:
+    if not name.startswith(".") or "/" in name or name in (".", ".."):
+        raise ValueError(f"a note name starts with '.' and is one path segment, got {name!r}")
+
+
 def modified_time(info: dict[str, Any]) -> dt.datetime | None:
     """The modification time in an fsspec listing row (``mtime`` on local disks, ``LastModified`` on S3...)."""
     for key in ("LastModified", "last_modified", "mtime", "updated", "modified", "created"):
@@ -489,6 +494,26 @@ class StepStore:
             if os.path.exists(temporary):
                 os.unlink(temporary)
             raise
+
+    def write_note(self, name: str, data: bytes) -> None:
+        """Write a small object beside the entries (``name`` starts with "."): never loaded as a step, not counted."""
+        _check_note_name(name)
+        self._put(self._path(name), data)
+
+    def read_notes(self, prefix: str) -> dict[str, bytes]:
+        """The notes whose names start with ``prefix`` (which starts with "."); an unreadable one is left out."""
+        _check_note_name(prefix)
+        invalidate = getattr(self.fs, "invalidate_cache", None)
+        if invalidate is not None:
+            invalidate(self.root)
+        try:
+            listing = self._request("ls", self.root, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        names = [str(path).rsplit("/", 1)[-1] for path in listing]
+        wanted = [name for name in names if name.startswith(prefix)]
+        contents = self.read_entries(wanted)
+        return {name: data for name, data in contents.items() if isinstance(data, bytes)}
 
     def probe(self) -> None:
         """Write and delete a small object under the prefix: proves the cache is writable before any step runs."""

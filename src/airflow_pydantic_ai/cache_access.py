@@ -1,0 +1,78 @@
+"""Open one task instance's durable cache from its ids, outside the task (UI view, CLI commands).
+
+The store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durability`): the
+configured ``[pydantic_ai] durable_cache_path``, the Fernet cipher when ``durable_encrypt`` is on, the
+storage timeout. So the view reads what the task wrote, with the same step numbering.
+
+Guarantees: whatever ids it is given (``..``, slashes, encoded slashes, another DAG's ids), the
+prefix it opens is one folder of four encoded segments under the configured base, never outside it
+(:class:`OutsideCacheBase` otherwise); without the key an encrypted entry is listed as encrypted and
+never decrypted. A task given its own ``durable_cache_path=`` argument writes elsewhere; that place
+is not known here.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_pydantic_ai.durable import CacheReader, StepStore, TaskIdentity
+
+__all__ = ["CacheAccess", "OutsideCacheBase", "open_cache"]
+
+
+class OutsideCacheBase(ValueError):
+    """The ids would lead outside the configured cache base (never expected: segments are encoded)."""
+
+
+@dataclass(frozen=True)
+class CacheAccess:
+    """One task instance's cache, opened for reading and deleting."""
+
+    identity: TaskIdentity
+    base_location: str
+    """The configured base, as people know it (``file:///...``, ``s3://conn@bucket/prefix``)."""
+    store: StepStore
+    reader: CacheReader
+
+    @property
+    def location(self) -> str:
+        return self.store.location
+
+
+def open_cache(
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int = -1,
+    *,
+    warn: Callable[[str], Any] = lambda message: None,
+) -> CacheAccess:
+    """The cache of task instance (``dag_id``, ``run_id``, ``task_id``, ``map_index``).
+
+    Raises :class:`~airflow_pydantic_ai.durability.DurableConfigError` when the configuration is
+    wrong (the message names the option), :class:`OutsideCacheBase` if the prefix escapes the base.
+    """
+    from airflow_pydantic_ai.durability import _cipher, _storage_timeout, resolve_cache_path
+
+    identity = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=int(map_index))
+    base = resolve_cache_path()
+    base_url = str(base)
+    store = StepStore.for_task(
+        base.fs, base.path, base_url, identity, warn=warn, cipher=_cipher(), timeout=_storage_timeout()
+    )
+    _check_inside(base.path, store.root)
+    return CacheAccess(identity=identity, base_location=base_url, store=store, reader=CacheReader(store))
+
+
+def _check_inside(base: str, root: str) -> None:
+    """``root`` is exactly four plain segments below ``base``."""
+    base_clean = posixpath.normpath(base.rstrip("/") or "/")
+    if posixpath.normpath(root) != root.rstrip("/"):
+        raise OutsideCacheBase(f"the cache prefix {root!r} is not a plain path")
+    relative = posixpath.relpath(root, base_clean)
+    segments = relative.split("/")
+    if len(segments) != 4 or any(segment in ("", ".", "..") for segment in segments):
+        raise OutsideCacheBase(f"the cache prefix {root!r} is not a task instance folder under {base_clean!r}")

@@ -1,0 +1,201 @@
+"""The HTML of the "Durable cache" view: server-rendered, every value escaped, no script but the theme.
+
+Pages are built from plain data (:class:`ViewData`, :class:`Confirmation`); nothing here reads the
+cache or the database. Every button that changes something is a form that POSTs to this view after a
+confirmation page; links only read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from html import escape
+from urllib.parse import urlencode
+
+from airflow_pydantic_ai.durable import StepInfo
+from airflow_pydantic_ai.durable.attempts import AttemptRecord
+
+__all__ = ["Confirmation", "TaskRef", "ViewData", "confirmation_page", "message_page", "view_page"]
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A task instance's ids, and the URLs of this view for it."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    root: str
+    """The URL path this view is mounted at (``/pydantic-ai/cache``)."""
+
+    def query(self, **extra: object) -> str:
+        values: dict[str, object] = {
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "map_index": self.map_index,
+        }
+        values.update({key: value for key, value in extra.items() if value is not None})
+        return urlencode(values)
+
+    def url(self, page: str = "", **extra: object) -> str:
+        return f"{self.root}/{page}?{self.query(**extra)}"
+
+    def label(self) -> str:
+        mapped = f" [{self.map_index}]" if self.map_index >= 0 else ""
+        return f"{self.dag_id} / {self.run_id} / {self.task_id}{mapped}"
+
+
+@dataclass
+class ViewData:
+    """What the main page shows."""
+
+    task: TaskRef
+    state: str | None
+    try_number: int
+    operator: str
+    location: str
+    exists: bool
+    steps: list[StepInfo] = field(default_factory=list)
+    latest: AttemptRecord | None = None
+    shown_step: StepInfo | None = None
+    shown_content: str = ""
+    running: bool = False
+    notice: str = ""
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A confirmation page for one state-changing action."""
+
+    task: TaskRef
+    title: str
+    explanation: str
+    action_url: str
+    button: str
+    token: str
+
+
+def _page(title: str, body: str, static: str) -> str:
+    return (
+        "<!doctype html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title>"
+        f'<link rel="stylesheet" href="{escape(static)}/cache_view.css">'
+        f'<script src="{escape(static)}/theme.js"></script>'
+        f"</head><body><main>{body}</main></body></html>\n"
+    )
+
+
+def _time(value: dt.datetime | None) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
+
+
+def _size(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / 1024 / 1024:.1f} MiB"
+
+
+def _header(task: TaskRef, subtitle: str = "") -> str:
+    extra = f'<p class="muted">{escape(subtitle)}</p>' if subtitle else ""
+    return f'<header><h1>Durable cache</h1><p class="ids">{escape(task.label())}</p>{extra}</header>'
+
+
+def view_page(data: ViewData, static: str) -> str:
+    """The main page: location, latest try, steps, one step's content, the two buttons."""
+    task = data.task
+    parts = [_header(task)]
+    if data.notice:
+        parts.append(f'<p class="notice" role="status">{escape(data.notice)}</p>')
+    state = data.state or "none"
+    parts.append(
+        '<dl class="facts">'
+        f"<dt>Cache location</dt><dd><code>{escape(data.location)}</code></dd>"
+        f"<dt>Exists</dt><dd>{'yes' if data.exists else 'no'}</dd>"
+        f'<dt>Task instance</dt><dd><span class="state state-{escape(state)}">{escape(state)}</span>'
+        f" try {data.try_number} &middot; {escape(data.operator)}</dd>"
+        "</dl>"
+    )
+    if data.latest is not None:
+        warnings = "".join(f'<p class="warning">{escape(line)}</p>' for line in data.latest.changed)
+        ended = _time(dt.datetime.fromtimestamp(data.latest.ended_at, tz=dt.UTC)) if data.latest.ended_at else ""
+        parts.append(
+            f'<section class="latest"><h2>Latest try ({data.latest.attempt}, ended {escape(ended)})</h2>'
+            f'<p class="summary"><code>{escape(data.latest.summary)}</code></p>{warnings}</section>'
+        )
+    if data.running:
+        parts.append('<p class="notice">This task instance is running: deleting is refused until it has finished.</p>')
+    if not data.exists:
+        parts.append('<p class="empty">Nothing recorded for this task instance.</p>')
+        return _page("Durable cache", "".join(parts), _static(task))
+    parts.append(_steps_table(data))
+    if data.shown_step is not None:
+        step = data.shown_step
+        parts.append(
+            f'<section class="detail" id="step-{step.number}"><h2>Step {step.number}: {escape(step.kind)} '
+            f"{escape(step.name)}</h2><pre>{escape(data.shown_content)}</pre></section>"
+        )
+    if not data.running:
+        parts.append(
+            f'<p class="actions"><a class="button danger" href="{escape(task.url("confirm", action="delete"))}">'
+            "Delete cache</a></p>"
+        )
+    return _page("Durable cache", "".join(parts), _static(task))
+
+
+def _steps_table(data: ViewData) -> str:
+    task = data.task
+    rows = []
+    for step in data.steps:
+        show = f'<a href="{escape(task.url(step=step.number))}#step-{step.number}">Show</a>'
+        fork = (
+            ""
+            if data.running
+            else f' <a class="button small" href="{escape(task.url("confirm", action="fork", step=step.number))}">'
+            "Run live from this step</a>"
+        )
+        problem = f' title="{escape(step.problem)}"' if step.problem else ""
+        selected = ' class="selected"' if data.shown_step is not None and data.shown_step.number == step.number else ""
+        rows.append(
+            f"<tr{selected}><td class='num'>{step.number}</td><td><span class='kind kind-{escape(step.kind)}'{problem}>"
+            f"{escape(step.kind)}</span></td><td>{escape(step.name)}</td><td><code>{escape(step.call_id or '')}"
+            f"</code></td><td class='num'>{step.attempt if step.attempt is not None else ''}</td>"
+            f"<td>{escape(_time(step.recorded_at))}</td><td class='num'>{escape(_size(step.size))}</td>"
+            f"<td class='row-actions'>{show}{fork}</td></tr>"
+        )
+    return (
+        f'<section><h2>Steps ({len(data.steps)})</h2><table class="steps"><thead><tr><th>#</th><th>Kind</th>'
+        "<th>Model or tool</th><th>Call id</th><th>Try</th><th>Recorded</th><th>Size</th><th></th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></section>"
+    )
+
+
+def confirmation_page(confirmation: Confirmation) -> str:
+    """A page that asks once more before a POST."""
+    task = confirmation.task
+    body = (
+        f"{_header(task)}<section class='confirm'><h2>{escape(confirmation.title)}</h2>"
+        f"<p>{escape(confirmation.explanation)}</p>"
+        f'<form method="post" action="{escape(confirmation.action_url)}">'
+        f'<input type="hidden" name="form_token" value="{escape(confirmation.token)}">'
+        f'<button type="submit" class="button danger">{escape(confirmation.button)}</button> '
+        f'<a class="button" href="{escape(task.url())}">Cancel</a></form></section>'
+    )
+    return _page(confirmation.title, body, _static(task))
+
+
+def message_page(task: TaskRef | None, title: str, message: str, static: str) -> str:
+    """A page that only says something (an error, a refusal)."""
+    back = f'<p><a href="{escape(task.url())}">Back to the cache</a></p>' if task is not None else ""
+    header = _header(task) if task is not None else "<header><h1>Durable cache</h1></header>"
+    body = f"{header}<section><h2>{escape(title)}</h2><p>{escape(message)}</p>{back}</section>"
+    return _page(title, body, static)
+
+
+def _static(task: TaskRef) -> str:
+    return f"{task.root}/static"

@@ -1,0 +1,205 @@
+"""The parts of the "Durable cache" view that need no server: opening a cache from ids (never outside the
+base), the per-attempt record, the cross-site checks and form tokens, the pages' escaping."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from airflow_pydantic_ai.cache_access import OutsideCacheBase, _check_inside, open_cache
+from airflow_pydantic_ai.durable import CacheReader, DurableCapability, DurableRun, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable.attempts import AttemptRecord, latest_attempt
+from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
+from airflow_pydantic_ai.ui.pages import TaskRef, ViewData, view_page
+
+TRICKY_IDS = [
+    ("..", "..", "..", -1),
+    ("../../etc", "run/../../x", "t/../..", 0),
+    ("dag%2F..%2F..", "%2e%2e", "task%2Fx", -1),
+    ("/abs", "//double", "back\\slash", 3),
+    (".", "", "~", -1),
+]
+
+
+@pytest.mark.parametrize("ids", TRICKY_IDS)
+def test_open_cache_stays_four_segments_below_the_base_whatever_the_ids(
+    ids: tuple[str, str, str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = tmp_path / "base"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+
+    access = open_cache(*ids)
+
+    root = Path(access.store.root)
+    assert root.resolve().parent.parent.parent.parent == base.resolve()
+    assert os.path.commonpath([root.resolve(), base.resolve()]) == str(base.resolve())
+    assert access.reader.steps() == []
+    access.reader.delete_all()  # deleting an absent cache touches nothing
+    assert base.exists() and list(base.iterdir()) == []
+
+
+def test_check_inside_refuses_a_prefix_outside_the_base() -> None:
+    _check_inside("/data/cache", "/data/cache/d/r/t/-1")
+    for root in ("/data/cache/d/r/../../x/-1", "/data/other/d/r/t/-1", "/data/cache/d/r/t", "/data/cache/../d/r/t/-1"):
+        with pytest.raises(OutsideCacheBase):
+            _check_inside("/data/cache", root)
+
+
+def _agent(fail: bool) -> Agent[None, str]:
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        done = {p.tool_name for m in messages for p in m.parts if isinstance(p, ToolReturnPart)}
+        if "lookup" not in done:
+            return ModelResponse(parts=[ToolCallPart("lookup", {"q": "x"}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(answer, model_name="m"))
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        if fail:
+            raise ConnectionError("down")
+        return "secret-free answer"
+
+    return agent
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def _add(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    info = warning = error = debug = _add
+
+
+def _store(base: Path) -> StepStore:
+    identity = TaskIdentity("d", "r", "t", -1)
+    return StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", identity)
+
+
+def _attempt(base: Path, attempt: int, *, fail: bool, instructions: str = "") -> _Log:
+    log = _Log()
+    run = DurableRun.open(_store(base), attempt=attempt, log=log)
+    agent = _agent(fail)
+    if instructions:
+        agent = Agent(agent.model, instructions=instructions, toolsets=agent.toolsets[1:] or agent.toolsets)
+    try:
+        agent.run_sync("go", capabilities=[DurableCapability(run)])
+        run.finish()
+    except ConnectionError:
+        pass
+    finally:
+        run.log_summary()
+    return log
+
+
+def test_each_failed_attempt_leaves_its_summary_beside_the_cache_and_no_step(tmp_path: Path) -> None:
+    log = _attempt(tmp_path, 1, fail=True)
+
+    record = latest_attempt(_store(tmp_path))
+    assert record is not None and record.attempt == 1
+    assert record.summary in log.lines
+    assert record.summary.startswith("Durable: replayed 0 cached steps (0 model, 0 tool), executed 2 new steps")
+    assert record.changed == ()
+    # The record is not a step: the loader and the read side never see it.
+    assert [step.kind for step in CacheReader(_store(tmp_path)).steps()] == ["model"]
+    assert _store(tmp_path).load().skipped == {}
+
+
+def test_the_record_of_the_latest_try_carries_its_changed_warning(tmp_path: Path) -> None:
+    _attempt(tmp_path, 1, fail=True)
+    log = _attempt(tmp_path, 2, fail=True, instructions="A new system prompt.")
+
+    record = latest_attempt(_store(tmp_path))
+    assert record is not None and record.attempt == 2
+    assert len(record.changed) == 1 and "changed: " in record.changed[0]
+    assert record.changed[0] in log.lines
+    assert "A new system prompt" not in record.to_bytes().decode()
+
+
+def test_a_successful_attempt_leaves_nothing_behind(tmp_path: Path) -> None:
+    _attempt(tmp_path, 1, fail=True)
+    _attempt(tmp_path, 2, fail=False)
+
+    assert latest_attempt(_store(tmp_path)) is None
+    assert [path for path in tmp_path.rglob("*") if path.is_file()] == []
+
+
+def test_a_damaged_attempt_record_is_ignored(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.write_note(".attempt-00003", b"{not json")
+    store.write_note(
+        AttemptRecord(2, "Durable: replayed ...").name(), AttemptRecord(2, "Durable: replayed ...").to_bytes()
+    )
+
+    record = latest_attempt(store)
+    assert record is not None and record.attempt == 2
+    with pytest.raises(ValueError):
+        store.write_note("attempt.json", b"{}")
+
+
+def test_form_tokens_bind_user_action_and_target() -> None:
+    tokens = FormTokens(b"k")
+    target = ("dag", "run", "task", "-1", "2")
+    token = tokens.issue("admin", "fork", target, now=1000)
+
+    assert tokens.check(token, "admin", "fork", target, now=1001)
+    assert not tokens.check(token, "viewer", "fork", target, now=1001)
+    assert not tokens.check(token, "admin", "delete", target, now=1001)
+    assert not tokens.check(token, "admin", "fork", ("dag", "run", "task", "-1", "3"), now=1001)
+    assert not tokens.check(token, "admin", "fork", target, now=1000 + 3601)
+    assert not FormTokens(b"other").check(token, "admin", "fork", target, now=1001)
+    assert not tokens.check("", "admin", "fork", target, now=1001)
+
+
+def test_cross_site_problem_accepts_this_origin_only() -> None:
+    here = "http://127.0.0.1:8080"
+    assert cross_site_problem({}, here, set()) is None
+    assert cross_site_problem({"origin": here, "sec-fetch-site": "same-origin"}, here, set()) is None
+    assert cross_site_problem({"origin": "https://airflow.example.com"}, here, {"https://airflow.example.com"}) is None
+    assert cross_site_problem({"origin": "http://evil.example"}, here, set())
+    assert cross_site_problem({"origin": "null"}, here, set())
+    assert cross_site_problem({"sec-fetch-site": "cross-site"}, here, set())
+    assert cross_site_problem({"sec-fetch-site": "same-site"}, here, set())
+
+
+def test_the_page_escapes_every_value() -> None:
+    task = TaskRef("<dag>", 'run"<script>', "t&t", -1, "/pydantic-ai/cache")
+    data = ViewData(task=task, state="failed", try_number=1, operator="<Op>", location="file:///x/<y>", exists=False)
+
+    page = view_page(data, "/static")
+
+    assert "<script>" not in page.replace('<script src="/static/theme.js"></script>', "")
+    assert "&lt;dag&gt;" in page and "Nothing recorded for this task instance." in page
+
+
+def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_path: Path) -> None:
+    from airflow.sdk.log import mask_secret
+
+    from airflow_pydantic_ai.durable.store import StepEntry
+    from airflow_pydantic_ai.ui.app import render_step
+
+    store = _store(tmp_path)
+    mask_secret("registered-secret-value-123")
+    payload = {
+        "outcome": "return",
+        "value": {"api_key": "sk-live-abc", "note": "contains registered-secret-value-123", "big": "x" * 10_000},
+    }
+    store.put(StepEntry(kind="tool", key="k1", step=1, attempt=1, label="lookup", payload=payload, call_id="c1"))
+
+    info, text = render_step(CacheReader(store), 1)
+
+    assert info.name == "lookup"
+    assert "sk-live-abc" not in text and "registered-secret-value-123" not in text
+    assert "***" in text
+    assert len(text) < 4096 + 100 and text.endswith("more characters not shown)")
+    with pytest.raises(KeyError):
+        render_step(CacheReader(store), 2)
