@@ -233,8 +233,14 @@ def _secret_finder() -> Any:
     return contains_secret
 
 
-def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) -> DurableRun:
-    """Open the durable cache of the running task instance and start this try."""
+def start_durable_run(
+    context: Any, *, log: Any, cache_path: str | None = None, resuming: bool = False
+) -> DurableRun:
+    """Open the durable cache of the running task instance and start this try.
+
+    ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
+    so the cache holds this very try's steps and must be kept.
+    """
     ti = context["ti"]
     base = resolve_cache_path(cache_path)
     storage_errors = _storage_error_mode()

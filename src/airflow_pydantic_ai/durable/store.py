@@ -26,6 +26,7 @@ from urllib.parse import quote
 from fsspec.asyn import AsyncFileSystem, sync
 
 __all__ = [
+    "DECISION_KIND",
     "ENTRY_FORMAT",
     "SCHEMA_VERSION",
     "Cipher",
@@ -43,10 +44,15 @@ ENTRY_FORMAT = "airflow-pydantic-ai/step"
 SCHEMA_VERSION = 1
 _SAFE_CHARACTERS = "-_.:+~@=,"
 
-StepKind = Literal["model", "tool"]
-StepRole = Literal["model", "tool", "output"]
-"""What a step is to a person: a model request, a tool call, or a call of an output function
-(stored with kind ``tool``, so that entry names stay as they were)."""
+StepKind = Literal["model", "tool", "decision"]
+StepRole = Literal["model", "tool", "output", "decision"]
+"""What a step is to a person: a model request, a tool call, a call of an output function
+(stored with kind ``tool``, so that entry names stay as they were), or a person's decision on a
+tool call that needed approval."""
+DECISION_KIND: StepKind = "decision"
+"""The kind (and entry name prefix) of a recorded approval decision: named here, used everywhere."""
+_KINDS: tuple[str, ...] = ("model", "tool", DECISION_KIND)
+_ROLES: tuple[str | None, ...] = (None, "model", "tool", "output", DECISION_KIND)
 
 
 class CorruptEntry(ValueError):
@@ -282,9 +288,9 @@ class StepEntry:
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptEntry(f"a field is missing or malformed: {error}") from None
-        if entry.kind not in ("model", "tool") or entry.name != name:
+        if entry.kind not in _KINDS or entry.name != name:
             raise CorruptEntry("its kind or key does not match its name")
-        if entry.role not in (None, "model", "tool", "output"):
+        if entry.role not in _ROLES:
             raise CorruptEntry(f"its role {entry.role!r} is unknown")
         if owner is not None and body.get("owner") != owner:
             # Keys are content digests, so the same prompt in another dag run gives the same names: an

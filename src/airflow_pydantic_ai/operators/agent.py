@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
@@ -11,6 +12,7 @@ if TYPE_CHECKING:
     from pydantic_ai import Agent
     from pydantic_ai.usage import UsageLimits
 
+    from airflow_pydantic_ai.approval import Resume
     from airflow_pydantic_ai.durable import DurableRun
 
 __all__ = ["AgentOperator"]
@@ -46,6 +48,12 @@ class AgentOperator(BaseOperator):
     :param agent: A ready ``pydantic_ai.Agent`` to run instead of building one. ``model_id`` or
         ``llm_conn_id``, if given, override its model for the run.
     :param durable_cache_path: Cache base for this task, overriding ``[pydantic_ai] durable_cache_path``.
+    :param approval_timeout: How long a person has to approve or reject tool calls that need approval
+        (``requires_approval=True``, ``ApprovalRequired``); None waits without limit. Needs ``durable=True``.
+    :param on_approval_timeout: ``"fail"`` (default) fails the task when nobody answered in time;
+        ``"reject"`` rejects the pending calls (the model is told so) and the run goes on.
+    :param approval_assigned_users: Who may answer (Airflow's ``HITLUser`` dicts ``{"id": ..., "name": ...}``);
+        empty: anyone allowed by the auth manager to answer human-in-the-loop requests of this DAG.
     """
 
     template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id")
@@ -66,9 +74,15 @@ class AgentOperator(BaseOperator):
         durable: bool = False,
         agent: Agent[Any, Any] | None = None,
         durable_cache_path: str | None = None,
+        approval_timeout: timedelta | None = None,
+        on_approval_timeout: str = "fail",
+        approval_assigned_users: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        from airflow_pydantic_ai.approval import ApprovalSettings
+
+        self.approval = ApprovalSettings.checked(approval_timeout, on_approval_timeout, approval_assigned_users)
         if agent is not None:
             conflicts = {"system_prompt": system_prompt, "toolsets": toolsets, "agent_params": agent_params}
             given = [name for name, value in conflicts.items() if value]
@@ -119,6 +133,15 @@ class AgentOperator(BaseOperator):
         )
 
     def execute(self, context: Any) -> Any:
+        return self._execute(context, resume=None)
+
+    def resume_after_approval(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
+        """Airflow calls this (instead of ``execute``) when a person answered, or the approval timed out."""
+        from airflow_pydantic_ai.approval import Resume
+
+        return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
+
+    def _execute(self, context: Any, resume: Resume | None) -> Any:
         run: DurableRun | None = None
         try:
             prompt = self._resolve_prompt(context)
@@ -127,8 +150,23 @@ class AgentOperator(BaseOperator):
             if self.durable:
                 from airflow_pydantic_ai.durability import start_durable_run
 
-                run = start_durable_run(context, log=self.log, cache_path=self.durable_cache_path)
-            output = _to_xcom(self._run_agent(agent, prompt, model, run).output)
+                run = start_durable_run(
+                    context, log=self.log, cache_path=self.durable_cache_path, resuming=resume is not None
+                )
+            else:
+                _refuse_approvals_without_durable(agent)
+            if run is not None and resume is not None:
+                from airflow_pydantic_ai.approval import record_answer
+
+                record_answer(run, resume, settings=self.approval, log=self.log)
+            result = self._run_agent(agent, prompt, model, run)
+            from airflow_pydantic_ai.durable.approvals import WaitingForDecisions
+
+            if isinstance(result, WaitingForDecisions):
+                from airflow_pydantic_ai.approval import ask
+
+                ask(self, context, result, prompt=prompt, settings=self.approval, previous=resume, log=self.log)
+            output = _to_xcom(result.output)
             if run is not None:
                 # Delete the cache only once the result is safely pushed: a failure before this point
                 # leaves every recorded step for the retry.
@@ -139,7 +177,8 @@ class AgentOperator(BaseOperator):
                 run.finish()
             return output
         finally:
-            # Every durable attempt says what it replayed and executed, also one that failed before any step ran.
+            # Every durable attempt says what it replayed and executed, also one that failed before any step ran
+            # and one that stops to wait for approval.
             if run is not None:
                 run.log_summary()
             elif self.durable:
@@ -154,15 +193,20 @@ class AgentOperator(BaseOperator):
         return self.prompt
 
     def _run_agent(self, agent: Agent[Any, Any], prompt: str, model: Any, run: DurableRun | None) -> Any:
+        """The run's result, or (durable) the calls it stopped at because they need a decision."""
         from pydantic_ai.exceptions import UnexpectedModelBehavior
 
         if run is None:
             return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits)
         from airflow_pydantic_ai.durable import DurableCapability
+        from airflow_pydantic_ai.durable.approvals import run_until_decision_needed
 
         try:
-            return agent.run_sync(
+            return run_until_decision_needed(
+                agent,
                 prompt,
+                run,
+                output_type=agent.output_type,
                 model=model,
                 usage_limits=run.usage_limits(self.usage_limits),
                 capabilities=[DurableCapability(run)],
@@ -171,6 +215,21 @@ class AgentOperator(BaseOperator):
             # The model's last answer exhausted its retries: replaying it would fail the same way.
             run.forget_last_model_step()
             raise
+
+
+def _refuse_approvals_without_durable(agent: Agent[Any, Any]) -> None:
+    """Tools that need approval wait for a person, and only the durable cache keeps the run through the wait."""
+    for toolset in agent.toolsets:
+        tools = getattr(toolset, "tools", None)
+        if not isinstance(tools, dict):
+            continue
+        needing = sorted(name for name, tool in tools.items() if getattr(tool, "requires_approval", False))
+        if needing:
+            raise ValueError(
+                f"the tool(s) {', '.join(needing)} need approval (requires_approval=True); the run has to survive "
+                "the wait for a person's answer, which only the durable cache provides. Set durable=True on the "
+                "AgentOperator / @task.agent."
+            )
 
 
 def _to_xcom(output: Any) -> Any:
