@@ -165,3 +165,28 @@ def choose(option: str, user: str = "alice", **params: Any) -> Answer:
         assert response.status_code == 200, response.text
 
     return answer
+
+
+def rendered_request(detail: dict[str, Any]) -> str:
+    """The current round's request text (the rendered field the task refreshes every round)."""
+    return str((detail["task_instance"].get("rendered_fields") or {}).get("approval_request", ""))
+
+
+def refs_in(text: str) -> list[str]:
+    """The call refs a request text lists, in order."""
+    import re
+
+    return re.findall(r"ref `([0-9a-f]+)`", text)
+
+
+def sweep_timeouts_after(seconds: float) -> Answer:
+    """Nobody answers: after ``seconds`` the scheduler's own timeout sweep resolves the wait (dag.test has no scheduler)."""
+
+    def answer(api: HitlApi, run_id: str, detail: dict[str, Any]) -> None:
+        from airflow.jobs.job import Job
+        from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+
+        time.sleep(seconds)
+        SchedulerJobRunner(job=Job()).check_awaiting_input_timeouts()
+
+    return answer

@@ -17,7 +17,7 @@ from pydantic_ai.messages import ToolCallPart
 
 from airflow_pydantic_ai.approval.answer import read_answer
 from airflow_pydantic_ai.approval.request import PendingCall, build_request
-from airflow_pydantic_ai.approval.wait import parks_for_input, publish_request, wait_for_answer
+from airflow_pydantic_ai.approval.wait import RENDERED_FIELD, parks_for_input, publish_request, wait_for_answer
 from airflow_pydantic_ai.durable.approvals import WaitingForDecisions
 from airflow_pydantic_ai.durable.decision import DecisionStep
 from airflow_pydantic_ai.durable.run import DurableRun
@@ -151,9 +151,11 @@ def ask(
     )
     if not current:
         log.warning(
-            "Approval: Airflow keeps one request per task try, so its page still shows an earlier round's calls. "
-            "Answer these calls through the REST API (PATCH .../taskInstances/%s/%s/hitlDetails) with "
-            "params_input {%s} (approve or reject) and any option; 'Approve all'/'Reject all' alone decide nothing",
+            "Approval: Airflow keeps one request per task try, so its Required Actions page still shows an earlier "
+            "round's calls; this round's calls are in the task's rendered field '%s'. Answer them through the REST "
+            "API (PATCH .../taskInstances/%s/%s/hitlDetails) with params_input {%s} (approve or reject) and any "
+            "option; 'Approve all'/'Reject all' alone decide nothing",
+            RENDERED_FIELD,
             context["ti"].task_id,
             getattr(context["ti"], "map_index", -1),
             ", ".join(f"'call_{ref}': ..." for ref in refs),

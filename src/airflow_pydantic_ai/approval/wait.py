@@ -9,7 +9,10 @@ as ``event``, exactly as ``HITLOperator`` does.
 
 Airflow keeps one request per task-instance try: a later round in the same try keeps the first
 round's subject, text and fields (the upsert only clears the previous response), so the resumed task
-is told whether the request it wrote is the one Airflow shows (``request_ti`` / ``shown_refs``).
+is told whether the request it wrote is the one Airflow shows (``request_ti`` / ``shown_refs``), and
+every round's request is also written to the task's rendered fields as ``approval_request`` (shown on
+the Rendered Templates tab, and in the REST API's ``hitlDetails`` answer under
+``task_instance.rendered_fields``), which Airflow does refresh within a try.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from typing import Any, NoReturn
 
 from airflow_pydantic_ai.approval.request import ApprovalRequest
 
-__all__ = ["RESUME_METHOD", "parks_for_input", "publish_request", "wait_for_answer"]
+__all__ = ["RENDERED_FIELD", "RESUME_METHOD", "parks_for_input", "publish_request", "wait_for_answer"]
+
+RENDERED_FIELD = "approval_request"
+"""The rendered field that always shows the current round's request."""
 
 RESUME_METHOD = "resume_after_approval"
 """The operator method Airflow calls with the answer (``next_method``)."""
@@ -58,6 +64,17 @@ def publish_request(context: Any, request: ApprovalRequest, assigned_users: list
         params=request.params,
         assigned_users=assigned_users or None,  # type: ignore[arg-type]
     )
+    _show_in_rendered_fields(context, request)
+
+
+def _show_in_rendered_fields(context: Any, request: ApprovalRequest) -> None:
+    """Add the request to the task's rendered fields (Airflow rewrites them on every call)."""
+    from airflow.sdk.execution_time.comms import SetRenderedFields
+    from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS, _serialize_rendered_fields
+
+    fields = dict(_serialize_rendered_fields(context["task"]))
+    fields[RENDERED_FIELD] = f"{request.subject}\n\n{request.body}"
+    SUPERVISOR_COMMS.send(SetRenderedFields(rendered_fields=fields))
 
 
 def wait_for_answer(
