@@ -104,6 +104,17 @@ def cluster_env(
     return env
 
 
+def user_env(folder: Path, users: dict[str, tuple[str, str]]) -> dict[str, str]:
+    """Environment for SimpleAuthManager users ``{name: (role, password)}`` who log in with their password."""
+    password_file = folder / "simple_auth_manager_passwords.json"
+    password_file.write_text(json.dumps({name: password for name, (_, password) in users.items()}))
+    return {
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{name}:{role}" for name, (role, _) in users.items()),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(password_file),
+    }
+
+
 class ClusterError(RuntimeError):
     """A component died, or something did not happen within its time limit."""
 
@@ -116,6 +127,8 @@ class AirflowCluster:
     env: dict[str, str]
     port: int
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    credentials: tuple[str, str] | None = None
+    """A SimpleAuthManager user and password to log in with; None: the all-admins token."""
     _token: str | None = None
 
     @classmethod
@@ -247,8 +260,26 @@ class AirflowCluster:
 
     def token(self) -> str:
         if self._token is None:
-            self._token = self._request("GET", "/auth/token", auth=False)["access_token"]
+            if self.credentials is None:
+                self._token = self._request("GET", "/auth/token", auth=False)["access_token"]
+            else:
+                username, password = self.credentials
+                body = {"username": username, "password": password}
+                self._token = self._request("POST", "/auth/token", body, auth=False)["access_token"]
         return self._token
+
+    def login_as(self, username: str, password: str) -> None:
+        """Use SimpleAuthManager user ``username`` (see :func:`user_env`) for every further request."""
+        self.credentials = (username, password)
+        self._token = None
+
+    def hitl_detail(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Any:
+        return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails")
+
+    def hitl_respond(self, dag_id: str, run_id: str, task_id: str, body: Any, map_index: int = -1) -> Any:
+        """Answer a human-in-the-loop request as the Required Actions page does."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails"
+        return self._request("PATCH", path, body)
 
     def wait_for_dag(self, dag_id: str, timeout: float = 60) -> None:
         """Wait until the dag-processor has parsed and stored ``dag_id``."""
