@@ -31,7 +31,7 @@ pytestmark = [
 DAG_FILE = Path(__file__).parent / "dags" / "approval_scheduler_dag.py"
 DAG_ID = "approval_real_scheduler"  # as in DAG_FILE
 RUN_TIMEOUT = 90
-READY_TIMEOUT = 180  # the api-server alone can take a minute to start on a loaded 2-core machine
+READY_TIMEOUT = 180  # migrating, or starting the api-server, can take over a minute on a loaded 2-core machine
 USERS = {"admin": ("admin", "admin-password"), "alice": ("op", "alice-password")}
 
 
@@ -49,7 +49,7 @@ def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
         },
     )
     cluster.login_as("admin", USERS["admin"][1])
-    with cluster.running(ready_timeout=READY_TIMEOUT):
+    with cluster.running(ready_timeout=READY_TIMEOUT, migrate_timeout=READY_TIMEOUT):
         yield cluster
 
 
