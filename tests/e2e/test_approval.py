@@ -271,3 +271,18 @@ def test_approval_without_durable_fails_at_the_start(capfd: pytest.CaptureFixtur
     assert MODEL["requests"] == 0
     out = capfd.readouterr().out
     assert "need approval (requires_approval=True)" in out and "Set durable=True" in out
+
+
+def test_example_dag_asks_before_sending_the_email(api: HitlApi, capfd: pytest.CaptureFixture[str]) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    example = Path(__file__).parents[2] / "example_dags" / "example_agent_approval.py"
+    dag = DagBag(dag_folder=str(example)).dags["example_agent_approval"]
+    answer = choose("Reject all", reason="Wait for the release notes")
+    with Responder(api, "example_agent_approval", "announce_release", [answer]) as responder:
+        dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "success", out[-5000:]
+    assert xcom_value(dr, "announce_release") == "Announcement: Wait for the release notes"
+    assert "team@example.com" in responder.details[0]["body"]
+    assert "send_email to=" not in out  # the tool never ran

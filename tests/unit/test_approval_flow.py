@@ -176,3 +176,26 @@ def test_the_request_masks_secrets_and_cuts_long_values() -> None:
     assert request.options == ["Approve all", "Reject all", "Decide per call"]
     assert set(request.params) == {"call_aaaa", "call_bbbb", "reason"}
     assert request.defaults == ["Reject all"] and "s3cr3t" not in request.body and '"to": "bob"' in request.body
+
+
+def test_work_done_outside_the_agent_is_refused_naming_the_tool(tmp_path: Path) -> None:
+    from pydantic_ai.exceptions import CallDeferred
+    from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.toolsets import ExternalToolset
+
+    from airflow_pydantic_ai.durable.approvals import ApprovalsUnsupported
+    from airflow_pydantic_ai.operators.agent import _refuse_external_tools
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("render_video", {}, tool_call_id="v1")])
+
+    agent = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def render_video() -> str:
+        raise CallDeferred()
+
+    with pytest.raises(ApprovalsUnsupported, match="render_video deferred their call"):
+        run(agent, open_run(tmp_path))
+    with pytest.raises(ValueError, match=r"external tools \(upload\)"):
+        _refuse_external_tools(Agent(FunctionModel(model), toolsets=[ExternalToolset([ToolDefinition(name="upload")])]))

@@ -155,6 +155,7 @@ class AgentOperator(BaseOperator):
                 )
             else:
                 _refuse_approvals_without_durable(agent)
+            _refuse_external_tools(agent)
             if run is not None and resume is not None:
                 from airflow_pydantic_ai.approval import record_answer
 
@@ -215,6 +216,23 @@ class AgentOperator(BaseOperator):
             # The model's last answer exhausted its retries: replaying it would fail the same way.
             run.forget_last_model_step()
             raise
+
+
+def _refuse_external_tools(agent: Agent[Any, Any]) -> None:
+    """Calls answered by work done outside the agent (external tools) have no place in a task; say so before any step."""
+    from pydantic_ai.toolsets import ExternalToolset
+
+    def visit(toolset: Any) -> None:
+        if isinstance(toolset, ExternalToolset):
+            names = ", ".join(sorted(tool.name for tool in toolset.tool_defs)) or "(none)"
+            raise ValueError(
+                f"the agent has external tools ({names}) whose calls are answered by work done outside the agent; "
+                "AgentOperator cannot wait for such results (only for a person's approval). Turn them into function "
+                "tools, with requires_approval=True if a person should confirm them."
+            )
+
+    for toolset in agent.toolsets:
+        toolset.apply(visit)
 
 
 def _refuse_approvals_without_durable(agent: Agent[Any, Any]) -> None:
