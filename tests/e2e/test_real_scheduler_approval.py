@@ -49,6 +49,7 @@ def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
         },
     )
     cluster.login_as("admin", USERS["admin"][1])
+    cluster.request_timeout = 60
     with cluster.running(ready_timeout=READY_TIMEOUT, migrate_timeout=READY_TIMEOUT):
         yield cluster
 

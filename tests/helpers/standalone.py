@@ -127,6 +127,8 @@ class AirflowCluster:
     env: dict[str, str]
     port: int
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    request_timeout: float = 10
+    """Seconds one REST call may take (raise it on a loaded machine)."""
     credentials: tuple[str, str] | None = None
     """A SimpleAuthManager user and password to log in with; None: the all-admins token."""
     _token: str | None = None
@@ -252,7 +254,7 @@ class AirflowCluster:
             headers["Authorization"] = f"Bearer {self.token()}"
         request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=self.request_timeout) as response:
                 payload = response.read()
         except urllib.error.HTTPError as error:
             raise ClusterError(f"{method} {path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
