@@ -233,9 +233,7 @@ def _secret_finder() -> Any:
     return contains_secret
 
 
-def start_durable_run(
-    context: Any, *, log: Any, cache_path: str | None = None, resuming: bool = False
-) -> DurableRun:
+def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None, resuming: bool = False) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
     ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),

@@ -120,7 +120,7 @@ def test_approved_call_runs_once_and_the_run_completes(api: HitlApi, capfd: pyte
     with Responder(api, "approval_approve", "mail", [choose("Approve all", user="alice")]) as responder:
         dr = run_dag(dag)
     assert dr.state == "success", capfd.readouterr().out[-5000:]
-    assert CALLS == Counter({"person1.1@example.com": 1})
+    assert Counter({"person1.1@example.com": 1}) == CALLS
     # Two live model requests (the call, then the final answer); the resume replayed the first one.
     assert MODEL["requests"] == 2
     assert xcom_value(dr, "mail") == "Done: sent to person1.1@example.com"
@@ -144,7 +144,7 @@ def test_rejected_call_never_runs_and_the_model_reads_the_reason(
     with Responder(api, "approval_reject", "mail", [answer]):
         dr = run_dag(dag)
     assert dr.state == "success", capfd.readouterr().out[-5000:]
-    assert CALLS == Counter()
+    assert Counter() == CALLS
     assert MODEL["seen"] == ["Not before the release notes are ready"]
     assert xcom_value(dr, "mail") == "Done: Not before the release notes are ready"
     assert "rejected by alice" in capfd.readouterr().out
@@ -163,7 +163,7 @@ def test_two_rounds_of_approval_in_one_run(api: HitlApi, capfd: pytest.CaptureFi
         dr = run_dag(dag)
     out = capfd.readouterr().out
     assert dr.state == "success", out[-5000:]
-    assert CALLS == Counter({"person1.1@example.com": 1, "person2.1@example.com": 1})
+    assert Counter({"person1.1@example.com": 1, "person2.1@example.com": 1}) == CALLS
     assert MODEL["requests"] == 3  # one per live step; every replay was free
     assert "(round 2)" in out
     assert summaries(out) == [(0, 0, 0, 1, 1, 0), (1, 1, 0, 2, 1, 1), (3, 2, 1, 2, 1, 1)]
@@ -180,7 +180,7 @@ def test_approval_timeout(api: HitlApi, on_timeout: str, capfd: pytest.CaptureFi
     with Responder(api, dag.dag_id, "mail", [sweep_timeouts_after(1.5)]):
         dr = run_dag(dag)
     out = capfd.readouterr().out
-    assert CALLS == Counter()
+    assert Counter() == CALLS
     if on_timeout == "reject":
         assert dr.state == "success", out[-5000:]
         assert MODEL["seen"] == [
@@ -204,7 +204,7 @@ def test_retry_after_approval_replays_the_approved_call_without_asking(
     assert task_states(dr)[("mail", -1)] == ("success", 2)
     assert len(responder.details) == 1  # asked once
     assert out.count("Approval: waiting for") == 1
-    assert CALLS == Counter({"person1.1@example.com": 1})
+    assert Counter({"person1.1@example.com": 1}) == CALLS
     assert "approved by alice (recorded decision)" in out
     # Try 2: the first model step and the approved call replay; only the final answer is asked for.
     assert summaries(out)[-1] == (2, 1, 1, 1, 1, 0)
@@ -252,7 +252,7 @@ def test_bad_answers_are_refused_or_ignored_and_nothing_runs_twice(
         "twice": 409,
     }
     # The first call was approved and ran once; the second was asked again and rejected.
-    assert CALLS == Counter({"person1.1@example.com": 1})
+    assert Counter({"person1.1@example.com": 1}) == CALLS
     assert "'maybe' is neither 'approve' nor 'reject'" in out
     assert "names no pending call" in out
     assert "it will be asked again" in out

@@ -180,7 +180,10 @@ def refs_in(text: str) -> list[str]:
 
 
 def sweep_timeouts_after(seconds: float) -> Answer:
-    """Nobody answers: after ``seconds`` the scheduler's own timeout sweep resolves the wait (dag.test has no scheduler)."""
+    """Nobody answers: after ``seconds`` the scheduler's own timeout sweep resolves the wait.
+
+    ``dag.test()`` runs no scheduler, so the test runs its sweep (``check_awaiting_input_timeouts``).
+    """
 
     def answer(api: HitlApi, run_id: str, detail: dict[str, Any]) -> None:
         from airflow.jobs.job import Job

@@ -276,7 +276,8 @@ class AirflowCluster:
         self._token = None
 
     def hitl_detail(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Any:
-        return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails")
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails"
+        return self._request("GET", path)
 
     def hitl_respond(self, dag_id: str, run_id: str, task_id: str, body: Any, map_index: int = -1) -> Any:
         """Answer a human-in-the-loop request as the Required Actions page does."""

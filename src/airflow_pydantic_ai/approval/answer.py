@@ -97,7 +97,9 @@ def read_answer(
     known_fields = {call_field(ref) for ref in by_ref} | {REASON_FIELD}
     for name in params:
         if name not in known_fields and str(name).startswith("call_"):
-            answer.warnings.append(f"the field {name!r} names no pending call (answered twice, or a stale page?); ignored")
+            answer.warnings.append(
+                f"the field {name!r} names no pending call (answered twice, or a stale page?); ignored"
+            )
 
     if option in (APPROVE_ALL, REJECT_ALL) and (request_is_current or timed_out):
         approved = option == APPROVE_ALL

@@ -89,9 +89,7 @@ class Resume:
 
 
 def _pending_call(step: DecisionStep) -> PendingCall:
-    return PendingCall(
-        ref=step.ref, tool_name=step.tool_name, call_id=step.call.tool_call_id, arguments=step.call.args
-    )
+    return PendingCall(ref=step.ref, tool_name=step.tool_name, call_id=step.call.tool_call_id, arguments=step.call.args)
 
 
 def _redact() -> Any:
@@ -179,7 +177,13 @@ def ask(
     )
     kwargs = {
         "pending": [
-            {"ref": step.ref, "key": step.key, "tool": step.tool_name, "call_id": step.call.tool_call_id, "step": step.step_number}
+            {
+                "ref": step.ref,
+                "key": step.key,
+                "tool": step.tool_name,
+                "call_id": step.call.tool_call_id,
+                "step": step.step_number,
+            }
             for step in waiting.pending
         ],
         "request_ti": ti_id,
@@ -222,7 +226,8 @@ def record_answer(run: DurableRun, resume: Resume, *, settings: ApprovalSettings
             step_number=int(item.get("step") or 0),
         )
         step.record(decision)
-        reason = f" (reason given to the model: {decision.reason!r})" if decision.reason and not decision.approved else ""
+        rejected_with_reason = decision.reason and not decision.approved
+        reason = f" (reason given to the model: {decision.reason!r})" if rejected_with_reason else ""
         log.info(
             "Approval: %s (ref %s, call %s) %s%s",
             item["tool"],

@@ -11,6 +11,7 @@ Nothing here talks to Airflow's database: it only builds data (:class:`ApprovalR
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,8 +20,8 @@ from typing import Any
 __all__ = [
     "APPROVE_ALL",
     "DECIDE_PER_CALL",
-    "REJECT_ALL",
     "REASON_FIELD",
+    "REJECT_ALL",
     "ApprovalRequest",
     "PendingCall",
     "build_request",
@@ -90,10 +91,8 @@ def _shorten_values(value: Any) -> Any:
 def pretty_arguments(arguments: Any, redact: Callable[[Any], Any]) -> str:
     """The arguments as the model sent them, masked, each long value cut, as indented JSON."""
     if isinstance(arguments, str):
-        try:
+        with contextlib.suppress(ValueError):  # not JSON: shown as the model sent it
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            pass  # shown as the model sent it
     shown = _shorten_values(redact(arguments))
     text = shown if isinstance(shown, str) else json.dumps(shown, indent=2, ensure_ascii=False, default=str)
     return _cut(text, _MAX_ARGUMENTS)
@@ -142,9 +141,7 @@ def build_request(
             _fence(pretty_arguments(call.arguments, redact)),
             "",
         ]
-    lines.append(
-        "A rejected call is not run; the model is told it was rejected, with the reason if you give one."
-    )
+    lines.append("A rejected call is not run; the model is told it was rejected, with the reason if you give one.")
     options = [APPROVE_ALL, REJECT_ALL]
     params: dict[str, dict[str, Any]] = {}
     if count > 1:

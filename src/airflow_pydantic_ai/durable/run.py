@@ -440,7 +440,7 @@ class DurableRun:
         return step
 
     def record_decision(self, entry: StepEntry, what: str) -> None:
-        """Store a decision and use it in this attempt (a decision that could not be stored is asked again on a retry)."""
+        """Store a decision and use it in this attempt (one that could not be stored is asked again on a retry)."""
         self._persist(entry, what)
         self.entries[entry.name] = entry
 

@@ -219,7 +219,7 @@ class AgentOperator(BaseOperator):
 
 
 def _refuse_external_tools(agent: Agent[Any, Any]) -> None:
-    """Calls answered by work done outside the agent (external tools) have no place in a task; say so before any step."""
+    """Calls answered by work done outside the agent (external tools) cannot be waited for: say so before any step."""
     from pydantic_ai.toolsets import ExternalToolset
 
     def visit(toolset: Any) -> None:

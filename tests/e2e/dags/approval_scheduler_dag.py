@@ -30,9 +30,8 @@ def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     returns = [part for message in messages if isinstance(message, ModelRequest) for part in message.parts]
     results = [str(part.content) for part in returns if isinstance(part, ToolReturnPart)]
     if not results:
-        return ModelResponse(
-            parts=[ToolCallPart("send_email", {"to": "team@example.com", "body": "Release 1.2 is out"}, tool_call_id="m1")]
-        )
+        call = ToolCallPart("send_email", {"to": "team@example.com", "body": "Release 1.2 is out"}, tool_call_id="m1")
+        return ModelResponse(parts=[call])
     return ModelResponse(parts=[TextPart("Done: " + "; ".join(results))])
 
 
