@@ -45,6 +45,8 @@ def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
             "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{tmp_path / 'cache'}",
             "APPROVAL_E2E_MARKER": str(tmp_path / "marker.txt"),
             "AIRFLOW__CORE__PARALLELISM": "1",
+            # On a loaded machine one execution-API call can take over 30 s (the default timeout).
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
             **user_env(tmp_path / "auth", USERS),
         },
     )
@@ -62,7 +64,7 @@ def _wait_for_state(cluster: AirflowCluster, run_id: str, task_id: str, states: 
         ti = cluster.task_instance(DAG_ID, run_id, task_id)
         if ti["state"] in states:
             return ti
-        time.sleep(0.5)
+        time.sleep(1)
     raise ClusterError(f"{task_id} still {ti and ti['state']!r} after {timeout} s:\n{cluster.tails()}")
 
 

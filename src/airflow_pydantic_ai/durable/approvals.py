@@ -23,6 +23,7 @@ from pydantic_ai import Agent
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
+from pydantic_ai.usage import RunUsage
 
 from airflow_pydantic_ai.durable.decision import DecisionStep
 from airflow_pydantic_ai.durable.run import DurableRun
@@ -71,13 +72,21 @@ def run_until_decision_needed(
     output_types = with_deferred_output(output_type)
     history: list[ModelMessage] | None = None
     results: DeferredToolResults | None = None
+    usage: RunUsage | None = None
     while True:
         if history is None:
             result = agent.run_sync(prompt, output_type=output_types, **run_kwargs)
         else:
+            # The usage goes on from the stop, so that usage limits count the whole run (as the durable
+            # run's replay counters do), not each continuation from zero.
             result = agent.run_sync(
-                message_history=history, deferred_tool_results=results, output_type=output_types, **run_kwargs
+                message_history=history,
+                deferred_tool_results=results,
+                output_type=output_types,
+                usage=usage,
+                **run_kwargs,
             )
+        usage = result.usage
         requests = result.output
         if not isinstance(requests, DeferredToolRequests):
             return result

@@ -198,7 +198,19 @@ class AgentOperator(BaseOperator):
         from pydantic_ai.exceptions import UnexpectedModelBehavior
 
         if run is None:
-            return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits)
+            from pydantic_ai.exceptions import UserError
+
+            try:
+                return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits)
+            except UserError as error:
+                if "DeferredToolRequests" not in str(error):
+                    raise
+                # A tool raised ApprovalRequired (or CallDeferred): only a durable run can wait for the answer.
+                raise ValueError(
+                    "a tool call asked for approval (ApprovalRequired); the run has to survive the wait for a "
+                    "person's answer, which only the durable cache provides. Set durable=True on the "
+                    "AgentOperator / @task.agent."
+                ) from error
         from airflow_pydantic_ai.durable import DurableCapability
         from airflow_pydantic_ai.durable.approvals import run_until_decision_needed
 
