@@ -45,7 +45,9 @@ def _returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
     return [part for part in last.parts if isinstance(part, ToolReturnPart)] if isinstance(last, ModelRequest) else []
 
 
-def emailer_model(rounds: int = 1, per_round: int = 1, fail_final_on_try: int | None = None) -> FunctionModel:
+def emailer_model(
+    rounds: int = 1, per_round: int = 1, fail_final_on_try: int | None = None, secret: str = ""
+) -> FunctionModel:
     """Asks to send e-mails (``per_round`` at once, ``rounds`` times), then reports what the tools answered."""
 
     def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -54,11 +56,15 @@ def emailer_model(rounds: int = 1, per_round: int = 1, fail_final_on_try: int | 
         parts = [part for message in messages if isinstance(message, ModelRequest) for part in message.parts]
         MODEL["seen"] = [str(part.content) for part in parts if isinstance(part, ToolReturnPart)]
         if turn < rounds:
+            if secret:
+                from airflow.sdk.log import mask_secret
+
+                mask_secret(secret)  # registered in the task, as a connection's password would be
             return ModelResponse(
                 parts=[
                     ToolCallPart(
                         "send_email",
-                        {"to": f"person{turn + 1}.{n}@example.com", "body": f"Hello {turn + 1}.{n}"},
+                        {"to": f"person{turn + 1}.{n}@example.com", "body": f"Hello {turn + 1}.{n} {secret}"},
                         tool_call_id=f"mail-{turn + 1}-{n}",
                     )
                     for n in range(1, per_round + 1)
@@ -139,13 +145,16 @@ def test_approved_call_runs_once_and_the_run_completes(api: HitlApi, capfd: pyte
 def test_rejected_call_never_runs_and_the_model_reads_the_reason(
     api: HitlApi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    dag = make_dag("approval_reject")
+    dag = make_dag("approval_reject", agent=email_agent(secret="tok-5ecret-value"))
     answer = choose("Reject all", user="alice", reason="Not before the release notes are ready")
-    with Responder(api, "approval_reject", "mail", [answer]):
+    with Responder(api, "approval_reject", "mail", [answer]) as responder:
         dr = run_dag(dag)
     assert dr.state == "success", capfd.readouterr().out[-5000:]
     assert Counter() == CALLS
     assert MODEL["seen"] == ["Not before the release notes are ready"]
+    # The person sees the call, but not a value registered as secret.
+    body = responder.details[0]["body"]
+    assert "person1.1@example.com" in body and "tok-5ecret-value" not in body and "***" in body
     assert xcom_value(dr, "mail") == "Done: Not before the release notes are ready"
     assert "rejected by alice" in capfd.readouterr().out
 

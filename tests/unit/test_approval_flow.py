@@ -200,3 +200,22 @@ def test_work_done_outside_the_agent_is_refused_naming_the_tool(tmp_path: Path) 
         run(agent, open_run(tmp_path))
     with pytest.raises(ValueError, match=r"external tools \(upload\)"):
         _refuse_external_tools(Agent(FunctionModel(model), toolsets=[ExternalToolset([ToolDefinition(name="upload")])]))
+
+
+def test_approval_asked_at_run_time_without_durable_says_to_turn_durable_on() -> None:
+    from pydantic_ai.exceptions import ApprovalRequired
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("pay", {}, tool_call_id="p1")])
+
+    agent = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def pay() -> str:
+        raise ApprovalRequired()
+
+    operator = AgentOperator(task_id="pay", prompt="pay", agent=agent)
+    with pytest.raises(ValueError, match="Set durable=True"):
+        operator._run_agent(agent, "pay", None, None)
