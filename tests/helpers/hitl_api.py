@@ -137,6 +137,25 @@ class Responder:
                 self._wait_until_resumed(ti_id)
         except BaseException as error:  # reported by __exit__
             self.errors.append(error)
+            self._fail_waiting_task()
+
+    def _fail_waiting_task(self) -> None:
+        """dag.test() would wait for an answer forever: fail the waiting task so that the run ends."""
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.utils.session import create_session
+        from airflow.utils.state import TaskInstanceState
+        from sqlalchemy import update
+
+        with create_session() as session:
+            session.execute(
+                update(TaskInstance)
+                .where(
+                    TaskInstance.dag_id == self.dag_id,
+                    TaskInstance.task_id == self.task_id,
+                    TaskInstance.state.in_([TaskInstanceState.AWAITING_INPUT, TaskInstanceState.DEFERRED]),
+                )
+                .values(state=TaskInstanceState.FAILED)
+            )
 
     def _wait_for_wait(self) -> tuple[str, Any]:
         deadline = time.monotonic() + self.timeout

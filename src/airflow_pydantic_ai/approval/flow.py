@@ -140,7 +140,9 @@ def ask(
         param=_param,
     )
     # In the same try Airflow keeps the first request's text and only clears the previous answer.
-    publish_request(context, request, settings.assigned_users)
+    not_shown = publish_request(context, request, settings.assigned_users)
+    if not_shown:
+        log.warning("Approval: could not show the request in the rendered field '%s': %s", RENDERED_FIELD, not_shown)
     log.info(
         "Approval: the agent stopped before %d tool call(s) that need approval (round %d): %s",
         len(calls),

@@ -49,8 +49,11 @@ def parks_for_input() -> bool:
     return bool(_standard_provider().AIRFLOW_V_3_3_PLUS)
 
 
-def publish_request(context: Any, request: ApprovalRequest, assigned_users: list[dict[str, str]] | None) -> None:
-    """Write the request where the "Required Actions" page and the REST API read it."""
+def publish_request(context: Any, request: ApprovalRequest, assigned_users: list[dict[str, str]] | None) -> str:
+    """Write the request where the "Required Actions" page and the REST API read it.
+
+    Returns why the request could not also be shown in the rendered fields ("" when it was).
+    """
     _standard_provider()
     from airflow.sdk.execution_time.hitl import upsert_hitl_detail
 
@@ -64,11 +67,19 @@ def publish_request(context: Any, request: ApprovalRequest, assigned_users: list
         params=request.params,
         assigned_users=assigned_users or None,  # type: ignore[arg-type]
     )
-    _show_in_rendered_fields(context, request)
+    try:
+        _show_in_rendered_fields(context, request)
+    except Exception as error:  # the request itself is written: showing it twice is a convenience
+        return f"{type(error).__name__}: {error}"
+    return ""
 
 
 def _show_in_rendered_fields(context: Any, request: ApprovalRequest) -> None:
-    """Add the request to the task's rendered fields (Airflow rewrites them on every call)."""
+    """Add the request to the task's rendered fields (Airflow rewrites them on every call).
+
+    Uses the task SDK's own serializer of rendered fields (private in task-sdk 1.3), so that the
+    operator's templated fields stay as Airflow shows them.
+    """
     from airflow.sdk.execution_time.comms import SetRenderedFields
     from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS, _serialize_rendered_fields
 

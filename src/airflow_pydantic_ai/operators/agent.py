@@ -34,6 +34,10 @@ class AgentOperator(BaseOperator):
     is deleted once the task has succeeded and its result is pushed; delete it by hand to force a
     fresh run. The location is printed at the start of the task log.
 
+    With ``durable=True``, tools that need approval (``requires_approval=True``, ``ApprovalRequired``)
+    make the task ask a person through Airflow's human-in-the-loop request and wait without a worker
+    slot; the answer's decisions are recorded like steps and the run goes on (see ``docs/approval.rst``).
+
     :param prompt: The user prompt. (templated)
     :param llm_conn_id: A ``pydantic_ai`` connection (API key, base URL, model in its extra). With
         none, ``model_id`` is resolved by pydantic-ai itself using the usual environment credentials.
