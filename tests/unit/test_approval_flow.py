@@ -37,7 +37,7 @@ def open_run(base: Path, attempt: int = 1) -> DurableRun:
     return DurableRun.open(store, attempt=attempt, log=log)
 
 
-def mail_agent(recipient: str, sent: list[str], requests: list[int]) -> Agent[None, str]:
+def mail_agent(recipient: str, sent: list[str], requests: list[int], output_type: Any = str) -> Agent[None, Any]:
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         requests.append(1)
         returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
@@ -45,7 +45,7 @@ def mail_agent(recipient: str, sent: list[str], requests: list[int]) -> Agent[No
             return ModelResponse(parts=[ToolCallPart("send_email", {"to": recipient}, tool_call_id="c1")])
         return ModelResponse(parts=[TextPart(f"done: {returns[-1].content}")])
 
-    agent = Agent(FunctionModel(model))
+    agent = Agent(FunctionModel(model), output_type=output_type)
 
     @agent.tool_plain(requires_approval=True)
     def send_email(to: str) -> str:
@@ -219,3 +219,23 @@ def test_approval_asked_at_run_time_without_durable_says_to_turn_durable_on() ->
     operator = AgentOperator(task_id="pay", prompt="pay", agent=agent)
     with pytest.raises(ValueError, match="Set durable=True"):
         operator._run_agent(agent, "pay", None, None)
+
+
+def test_an_agent_with_output_validators_gets_advice_or_works_with_its_own_deferred_output(tmp_path: Path) -> None:
+    from pydantic_ai.tools import DeferredToolRequests
+
+    from airflow_pydantic_ai.durable.approvals import ApprovalsUnsupported
+
+    plain = mail_agent("bob", [], [])
+    plain.output_validator(lambda output: output)
+    with pytest.raises(ApprovalsUnsupported, match=r"output_type=\[MyOutput, DeferredToolRequests\]"):
+        run(plain, open_run(tmp_path / "plain"))
+
+    sent: list[str] = []
+    ready = mail_agent("bob", sent, [], output_type=[str, DeferredToolRequests])
+    ready.output_validator(lambda output: output)
+    durable = open_run(tmp_path / "ready")
+    waiting = run_until_decision_needed(
+        ready, "mail", durable, output_type=[str, DeferredToolRequests], capabilities=[DurableCapability(durable)]
+    )
+    assert isinstance(waiting, WaitingForDecisions) and sent == []

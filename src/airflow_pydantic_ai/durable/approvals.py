@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.agent import AgentRunResult
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.usage import RunUsage
@@ -69,21 +70,31 @@ def run_until_decision_needed(
     :param output_type: The output type the task wants; ``DeferredToolRequests`` is added to it.
     :param run_kwargs: Further ``agent.run_sync`` arguments (``model``, ``usage_limits``, ``capabilities``).
     """
-    output_types = with_deferred_output(output_type)
+    types = list(output_type) if isinstance(output_type, (list, tuple)) else [output_type]
+    # The agent's own output types, untouched, when they already allow deferred calls.
+    override: Any = None if DeferredToolRequests in types else with_deferred_output(output_type)
     history: list[ModelMessage] | None = None
     results: DeferredToolResults | None = None
     usage: RunUsage | None = None
     while True:
         if history is None:
-            result = agent.run_sync(prompt, output_type=output_types, **run_kwargs)
+            try:
+                result = agent.run_sync(prompt, **_output(override), **run_kwargs)
+            except UserError as error:
+                if override is None or "output validators" not in str(error):
+                    raise
+                # pydantic-ai refuses a run output type beside output validators, before any request: run the
+                # agent as it is; a call that then needs approval fails with the advice below.
+                override = None
+                result = _without_deferred_output(agent, prompt, run_kwargs)
         else:
             # The usage goes on from the stop, so that usage limits count the whole run (as the durable
             # run's replay counters do), not each continuation from zero.
             result = agent.run_sync(
                 message_history=history,
                 deferred_tool_results=results,
-                output_type=output_types,
                 usage=usage,
+                **_output(override),
                 **run_kwargs,
             )
         usage = result.usage
@@ -123,3 +134,21 @@ def run_until_decision_needed(
         results = DeferredToolResults(
             approvals={step.call.tool_call_id: step.recorded.as_result() for step in decided if step.recorded}
         )
+
+
+def _output(override: Any) -> dict[str, Any]:
+    return {} if override is None else {"output_type": override}
+
+
+def _without_deferred_output(agent: Agent[Any, Any], prompt: str, run_kwargs: dict[str, Any]) -> AgentRunResult[Any]:
+    try:
+        return agent.run_sync(prompt, **run_kwargs)
+    except UserError as error:
+        if "DeferredToolRequests" not in str(error):
+            raise
+        raise ApprovalsUnsupported(
+            "a tool call needs approval, but the agent has output validators, so AgentOperator cannot add "
+            "DeferredToolRequests to its output types for the run (pydantic-ai refuses a run output type beside "
+            "output validators). Add DeferredToolRequests to the agent's own output_type, e.g. "
+            "Agent(..., output_type=[MyOutput, DeferredToolRequests])."
+        ) from error
