@@ -269,11 +269,12 @@ class ThisTry:
     have recorded steps already (Airflow does not count a resume as a new try)."""
 
     @classmethod
-    def of(cls, ti: Any) -> ThisTry:
+    def of(cls, ti: Any, *, resuming: bool = False) -> ThisTry:
+        """``resuming``: the caller knows it resumes (the operator's approval callback does)."""
         server_context = getattr(ti, "_ti_context_from_server", None)
         return cls(
             try_number=int(getattr(ti, "try_number", 0) or 0),
-            resuming=bool(getattr(server_context, "next_method", None)),
+            resuming=resuming or bool(getattr(server_context, "next_method", None)),
         )
 
 
@@ -293,8 +294,12 @@ def cache_belongs_to_this_dag_run(entries: Mapping[str, StepEntry], this_try: Th
     return all(entry.attempt <= latest_own_try for entry in entries.values())
 
 
-def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) -> DurableRun:
-    """Open the durable cache of the running task instance and start this try."""
+def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None, resuming: bool = False) -> DurableRun:
+    """Open the durable cache of the running task instance and start this try.
+
+    ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
+    so the cache holds this very try's steps and must be kept.
+    """
     ti = context["ti"]
     base = resolve_cache_path(cache_path)
     storage_errors = _storage_error_mode()
@@ -317,9 +322,9 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
             base_url,
         )
     reachable = _check_writable(store, storage_errors, log)
-    this_try = ThisTry.of(ti)
+    this_try = ThisTry.of(ti, resuming=resuming)
     max_tries = getattr(ti, "max_tries", None)
-    if getattr(context.get("task"), "retries", None) == 0:
+    if getattr(context.get("task"), "retries", None) == 0 and not this_try.resuming:
         log.info(
             "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "
             "for durability to pay off (until then only clearing the task resumes from the cache)"

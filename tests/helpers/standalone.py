@@ -104,6 +104,17 @@ def cluster_env(
     return env
 
 
+def user_env(folder: Path, users: dict[str, tuple[str, str]]) -> dict[str, str]:
+    """Environment for SimpleAuthManager users ``{name: (role, password)}`` who log in with their password."""
+    password_file = folder / "simple_auth_manager_passwords.json"
+    password_file.write_text(json.dumps({name: password for name, (_, password) in users.items()}))
+    return {
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{name}:{role}" for name, (role, _) in users.items()),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(password_file),
+    }
+
+
 class ClusterError(RuntimeError):
     """A component died, or something did not happen within its time limit."""
 
@@ -118,6 +129,8 @@ class AirflowCluster:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     login: tuple[str, str] | None = None
     """(username, password) for POST /auth/token; None: the all-admins GET /auth/token."""
+    request_timeout: float = 30
+    """Seconds one REST call may take (raise it on a loaded machine)."""
     _token: str | None = None
 
     @classmethod
@@ -241,7 +254,7 @@ class AirflowCluster:
             headers["Authorization"] = f"Bearer {self.token()}"
         request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=self.request_timeout) as response:
                 payload = response.read()
         except urllib.error.HTTPError as error:
             raise ClusterError(f"{method} {path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
@@ -259,6 +272,20 @@ class AirflowCluster:
         """A JWT for a user of the simple auth manager (``[core] simple_auth_manager_users``)."""
         body = {"username": username, "password": password}
         return self._request("POST", "/auth/token", body, auth=False)["access_token"]
+
+    def login_as(self, username: str, password: str) -> None:
+        """Use SimpleAuthManager user ``username`` for every further request."""
+        self.login = (username, password)
+        self._token = None
+
+    def hitl_detail(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> Any:
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails"
+        return self._request("GET", path)
+
+    def hitl_respond(self, dag_id: str, run_id: str, task_id: str, body: Any, map_index: int = -1) -> Any:
+        """Answer a human-in-the-loop request as the Required Actions page does."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/hitlDetails"
+        return self._request("PATCH", path, body)
 
     def wait_for_dag(self, dag_id: str, timeout: float = 60) -> None:
         """Wait until the dag-processor has parsed and stored ``dag_id``."""

@@ -27,8 +27,10 @@ from airflow_pydantic_ai.durable.store import CorruptEntry, SealedEntry, StepEnt
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
 
-StepKindShown = Literal["model", "tool", "output", "result", "damaged", "encrypted"]
-_ROLE_ORDER = {"model": 0, "tool": 1, "output": 1, "result": 2}
+StepKindShown = Literal["model", "tool", "output", "decision", "result", "damaged", "encrypted"]
+# A decision is made on the calls of a model answer before they run: it comes right after that answer;
+# the recorded output comes after every call of its answer.
+_ROLE_ORDER = {"model": 0, "decision": 1, "tool": 2, "output": 2, "result": 3}
 _DEFAULT_LIMIT = 4096
 
 
@@ -71,7 +73,8 @@ class StepDetail:
 
     info: StepInfo
     content: Any
-    """JSON data: ``{"parts": [...], "usage": {...}}`` for a model step, ``{"outcome": ..., ...}`` for a call."""
+    """JSON data: ``{"parts": [...], "usage": {...}}`` for a model step, ``{"outcome": ..., ...}`` for a call,
+    ``{"approved": ..., "reason": ..., "answered_by": ...}`` for a decision."""
 
     def render(self, *, limit: int | None = _DEFAULT_LIMIT, redact: Callable[[str], str] | None = None) -> str:
         """The content as indented JSON, secrets masked by ``redact``, cut at ``limit`` characters (None: whole)."""
@@ -151,7 +154,7 @@ class CacheReader:
                 unreadable.append((item, kind, str(error)))
                 continue
             recorded = _timestamp(entry.recorded_at) or item.modified
-            order = (entry.step, _ROLE_ORDER.get(entry.step_role, 2), recorded or _EPOCH, name)
+            order = (entry.step, _ROLE_ORDER.get(entry.step_role, 3), recorded or _EPOCH, name)
             readable.append((order, item, entry))
         readable.sort(key=lambda row: row[0])
         result: list[tuple[StepInfo, StepEntry | None]] = []

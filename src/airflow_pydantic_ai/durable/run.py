@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import TypeAdapter
 from pydantic_ai.exceptions import ModelRetry, ToolFailed, ToolRetryError
@@ -44,6 +44,9 @@ from airflow_pydantic_ai.durable.fingerprint import (
     fingerprint_tool_call,
 )
 from airflow_pydantic_ai.durable.store import RESULT_ENTRY, RESULT_KEY, StepEntry, StepStore
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.decision import DecisionStep
 
 __all__ = [
     "SUMMARY_TEMPLATE",
@@ -461,6 +464,54 @@ class DurableRun:
                 )
                 step.replayed, step.replayed_error = None, None
         return step
+
+    # --- decisions on calls that need approval ---------------------------------------------------
+
+    def decision_step(self, call: ToolCallPart, messages: Sequence[ModelMessage]) -> DecisionStep:
+        """The decision slot of a call that waits for approval, looked up in the cache.
+
+        ``messages`` is the run's conversation; the key covers it up to the model answer that made the
+        call (the tool key formula), and the chain of model steps so far.
+        """
+        from airflow_pydantic_ai.durable.decision import DecisionStep
+
+        step = DecisionStep(run=self, call=call, key=None, step_number=self._model_steps)
+        if self._failed_closed:
+            return step
+        asked_at = len(messages)
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if isinstance(message, ModelResponse) and any(
+                isinstance(part, ToolCallPart) and part.tool_call_id == call.tool_call_id for part in message.parts
+            ):
+                asked_at = index + 1
+                break
+        try:
+            base = fingerprint_tool_call(
+                tool_name=f"decision:{call.tool_name}",
+                raw_arguments=call.args,
+                tool_call_id=call.tool_call_id,
+                conversation=self._digests.conversation(list(messages[:asked_at])),
+                lineage=self._lineage,
+            )
+        except FingerprintError as error:
+            self.log.warning(
+                "Durable: the call %s (%s) cannot be fingerprinted (%s); its decision cannot be recorded",
+                call.tool_name,
+                call.tool_call_id,
+                error,
+            )
+            return step
+        occurrence = self._occurrences[base]
+        self._occurrences[base] += 1
+        step.key = digest("decision-step/v1", base, str(occurrence))
+        step.load()
+        return step
+
+    def record_decision(self, entry: StepEntry, what: str) -> None:
+        """Store a decision and use it in this attempt (one that could not be stored is asked again on a retry)."""
+        self._persist(entry, what)
+        self.entries[entry.name] = entry
 
     # --- recording -----------------------------------------------------------------------------
 
@@ -915,6 +966,10 @@ class ToolStep:
             type(error).__name__,
             self.run.what_next(),
         )
+
+    def record_deferral(self) -> None:
+        """The tool asked for approval (``ApprovalRequired``) before doing anything: nothing ran, nothing to keep."""
+        self.run.log.info("Durable: %s asks for approval", self.label)
 
     def record_raise(self, error: ModelRetry | ToolFailed) -> None:
         if self.abandoned:  # finished after its run ended: never recorded, already counted

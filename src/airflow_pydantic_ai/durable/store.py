@@ -32,6 +32,7 @@ from urllib.parse import quote
 from fsspec.asyn import AsyncFileSystem, sync
 
 __all__ = [
+    "DECISION_KIND",
     "ENTRY_FORMAT",
     "ENTRY_KINDS",
     "RESULT_ENTRY",
@@ -51,11 +52,15 @@ ENTRY_FORMAT = "airflow-pydantic-ai/step"
 SCHEMA_VERSION = 1
 _SAFE_CHARACTERS = "-_.:+~@=,"
 
-StepKind = Literal["model", "tool", "result"]
-ENTRY_KINDS: tuple[StepKind, ...] = ("model", "tool", "result")
-StepRole = Literal["model", "tool", "output", "result"]
+StepKind = Literal["model", "tool", "result", "decision"]
+StepRole = Literal["model", "tool", "output", "result", "decision"]
 """What an entry is to a person: a model request, a tool call, a call of an output function
-(stored with kind ``tool``, so that entry names stay as they were), or the task's recorded output."""
+(stored with kind ``tool``, so that entry names stay as they were), the task's recorded output, or
+a person's decision on a tool call that needed approval."""
+DECISION_KIND: StepKind = "decision"
+"""The kind (and entry name prefix) of a recorded approval decision: named here, used everywhere."""
+ENTRY_KINDS: tuple[StepKind, ...] = ("model", "tool", "result", DECISION_KIND)
+_ROLES: tuple[str | None, ...] = (None, "model", "tool", "output", "result", DECISION_KIND)
 
 RESULT_KEY = "output"
 RESULT_ENTRY = f"result-{RESULT_KEY}.json"
@@ -307,7 +312,7 @@ class StepEntry:
             raise CorruptEntry(f"a field is missing or malformed: {error}") from None
         if entry.kind not in ENTRY_KINDS or entry.name != name:
             raise CorruptEntry("its kind or key does not match its name")
-        if entry.role not in (None, "model", "tool", "output", "result"):
+        if entry.role not in _ROLES:
             raise CorruptEntry(f"its role {entry.role!r} is unknown")
         if owner is not None and body.get("owner") != owner:
             # Keys are content digests, so the same prompt in another dag run gives the same names: an

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic_ai import RunContext
-from pydantic_ai.exceptions import ModelRetry, ToolFailed, ToolRetryError
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed, ToolRetryError
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
@@ -74,6 +74,10 @@ async def recorded(step: ToolStep, call: Awaitable[Any]) -> Any:
         result = await call
     except _RECORDED_ERRORS as error:
         step.record_raise(error)
+        raise
+    except (ApprovalRequired, CallDeferred):
+        # Not an outcome: the call waits for a decision (or for work done elsewhere) and is made again after it.
+        step.record_deferral()
         raise
     except ToolRetryError as error:  # a retry pydantic-ai already wrapped (an output function's, for text output)
         step.record_retry_signal(error)

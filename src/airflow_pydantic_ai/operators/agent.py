@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
@@ -11,6 +12,7 @@ if TYPE_CHECKING:
     from pydantic_ai import Agent
     from pydantic_ai.usage import UsageLimits
 
+    from airflow_pydantic_ai.approval import Resume
     from airflow_pydantic_ai.durable import DurableRun
 
 __all__ = ["AgentOperator"]
@@ -34,6 +36,10 @@ class AgentOperator(BaseOperator):
     returns the same output without calling the model or any tool. Delete the cache by hand to force
     a fresh run. The location is printed at the start of the task log.
 
+    With ``durable=True``, tools that need approval (``requires_approval=True``, ``ApprovalRequired``)
+    make the task ask a person through Airflow's human-in-the-loop request and wait without a worker
+    slot; the answer's decisions are recorded like steps and the run goes on (see ``docs/approval.rst``).
+
     :param prompt: The user prompt. (templated)
     :param llm_conn_id: A ``pydantic_ai`` connection (API key, base URL, model in its extra). With
         none, ``model_id`` is resolved by pydantic-ai itself using the usual environment credentials.
@@ -55,6 +61,12 @@ class AgentOperator(BaseOperator):
         ``agent.run(event_stream_handler=...)``: it sees the events of every model response and tool
         call as they happen. With ``durable=True`` a replayed model step arrives as a completed
         stream whose part events are rebuilt from the recorded response.
+    :param approval_timeout: How long a person has to approve or reject tool calls that need approval
+        (``requires_approval=True``, ``ApprovalRequired``); None waits without limit. Needs ``durable=True``.
+    :param on_approval_timeout: ``"fail"`` (default) fails the task when nobody answered in time;
+        ``"reject"`` rejects the pending calls (the model is told so) and the run goes on.
+    :param approval_assigned_users: Who may answer (Airflow's ``HITLUser`` dicts ``{"id": ..., "name": ...}``);
+        empty: anyone allowed by the auth manager to answer human-in-the-loop requests of this DAG.
     """
 
     template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id", "durable_cache_path")
@@ -77,9 +89,15 @@ class AgentOperator(BaseOperator):
         durable_cache_path: str | None = None,
         deps: Any = None,
         event_stream_handler: Callable[..., Any] | None = None,
+        approval_timeout: timedelta | None = None,
+        on_approval_timeout: str = "fail",
+        approval_assigned_users: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        from airflow_pydantic_ai.approval import ApprovalSettings
+
+        self.approval = ApprovalSettings.checked(approval_timeout, on_approval_timeout, approval_assigned_users)
         if agent is not None:
             conflicts = {"system_prompt": system_prompt, "toolsets": toolsets, "agent_params": agent_params}
             given = [name for name, value in conflicts.items() if value]
@@ -132,6 +150,15 @@ class AgentOperator(BaseOperator):
         )
 
     def execute(self, context: Any) -> Any:
+        return self._execute(context, resume=None)
+
+    def resume_after_approval(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
+        """Airflow calls this (instead of ``execute``) when a person answered, or the approval timed out."""
+        from airflow_pydantic_ai.approval import Resume
+
+        return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
+
+    def _execute(self, context: Any, resume: Resume | None) -> Any:
         run: DurableRun | None = None
         try:
             if self.durable:
@@ -139,7 +166,9 @@ class AgentOperator(BaseOperator):
 
                 # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
                 # the prompt or the agent fails to build (try 2 could not tell it apart any more).
-                run = start_durable_run(context, log=self.log, cache_path=self.durable_cache_path)
+                run = start_durable_run(
+                    context, log=self.log, cache_path=self.durable_cache_path, resuming=resume is not None
+                )
                 recorded = run.recorded_output()
                 if recorded is not None:
                     # The previous try finished and was killed before Airflow recorded its success.
@@ -147,14 +176,28 @@ class AgentOperator(BaseOperator):
             prompt = self._resolve_prompt(context)
             agent = self.build_agent()
             model = self._model() if self.agent is not None else None
-            output = _to_xcom(self._run_agent(agent, prompt, model, run).output)
-            return self._complete(context, run, output)
-        except BaseException:
-            if run is not None:
+            if run is None:
+                _refuse_approvals_without_durable(agent)
+            _refuse_external_tools(agent)
+            if run is not None and resume is not None:
+                from airflow_pydantic_ai.approval import record_answer
+
+                record_answer(run, resume, settings=self.approval, log=self.log)
+            result = self._run_agent(agent, prompt, model, run)
+            from airflow_pydantic_ai.durable.approvals import WaitingForDecisions
+
+            if isinstance(result, WaitingForDecisions):
+                from airflow_pydantic_ai.approval import ask
+
+                ask(self, context, result, prompt=prompt, settings=self.approval, previous=resume, log=self.log)
+            return self._complete(context, run, _to_xcom(result.output))
+        except BaseException as error:
+            if run is not None and not _waits_for_a_person(error):
                 run.end_failed_try()
             raise
         finally:
-            # Every durable attempt says what it replayed and executed, also one that failed before any step ran.
+            # Every durable attempt says what it replayed and executed, also one that failed before any step ran
+            # and one that stops to wait for approval.
             if run is not None:
                 run.log_summary()
             elif self.durable:
@@ -197,16 +240,33 @@ class AgentOperator(BaseOperator):
         return self.prompt
 
     def _run_agent(self, agent: Agent[Any, Any], prompt: str, model: Any, run: DurableRun | None) -> Any:
+        """The run's result, or (durable) the calls it stopped at because they need a decision."""
         from pydantic_ai.exceptions import UnexpectedModelBehavior
 
         run_arguments: dict[str, Any] = {"deps": self.deps, "event_stream_handler": self.event_stream_handler}
         if run is None:
-            return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits, **run_arguments)
+            from pydantic_ai.exceptions import UserError
+
+            try:
+                return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits, **run_arguments)
+            except UserError as error:
+                if "DeferredToolRequests" not in str(error):
+                    raise
+                # A tool raised ApprovalRequired (or CallDeferred): only a durable run can wait for the answer.
+                raise ValueError(
+                    "a tool call asked for approval (ApprovalRequired); the run has to survive the wait for a "
+                    "person's answer, which only the durable cache provides. Set durable=True on the "
+                    "AgentOperator / @task.pydantic_ai."
+                ) from error
         from airflow_pydantic_ai.durable import DurableCapability
+        from airflow_pydantic_ai.durable.approvals import run_until_decision_needed
 
         try:
-            return agent.run_sync(
+            return run_until_decision_needed(
+                agent,
                 prompt,
+                run,
+                output_type=agent.output_type,
                 model=model,
                 usage_limits=run.usage_limits(self.usage_limits),
                 capabilities=[DurableCapability(run)],
@@ -229,6 +289,43 @@ class _DeleteDurableCache:
 
     def __repr__(self) -> str:
         return f"<delete the durable cache at {self.run.store.location}>"
+
+
+def _refuse_external_tools(agent: Agent[Any, Any]) -> None:
+    """Calls answered by work done outside the agent (external tools) cannot be waited for: say so before any step."""
+    from pydantic_ai.toolsets import ExternalToolset
+
+    def visit(toolset: Any) -> None:
+        if isinstance(toolset, ExternalToolset):
+            names = ", ".join(sorted(tool.name for tool in toolset.tool_defs)) or "(none)"
+            raise ValueError(
+                f"the agent has external tools ({names}) whose calls are answered by work done outside the agent; "
+                "AgentOperator cannot wait for such results (only for a person's approval). Turn them into function "
+                "tools, with requires_approval=True if a person should confirm them."
+            )
+
+    for toolset in agent.toolsets:
+        toolset.apply(visit)
+
+
+def _refuse_approvals_without_durable(agent: Agent[Any, Any]) -> None:
+    """Tools that need approval wait for a person, and only the durable cache keeps the run through the wait."""
+    for toolset in agent.toolsets:
+        tools = getattr(toolset, "tools", None)
+        if not isinstance(tools, dict):
+            continue
+        needing = sorted(name for name, tool in tools.items() if getattr(tool, "requires_approval", False))
+        if needing:
+            raise ValueError(
+                f"the tool(s) {', '.join(needing)} need approval (requires_approval=True); the run has to survive "
+                "the wait for a person's answer, which only the durable cache provides. Set durable=True on the "
+                "AgentOperator / @task.pydantic_ai."
+            )
+
+
+def _waits_for_a_person(error: BaseException) -> bool:
+    """The try parks (``awaiting_input``) or defers until a person answers: it has not failed."""
+    return type(error).__name__ in ("TaskAwaitingInput", "TaskDeferred")
 
 
 def _to_xcom(output: Any) -> Any:

@@ -1,0 +1,131 @@
+"""Reading a person's answer (the human-in-the-loop resume event) into one decision per pending call.
+
+An answer never decides a call it does not clearly name: an option that is not ours, a per-call value
+that is neither ``approve`` nor ``reject``, or a field for a call that is not pending is ignored with
+a warning, and a call left without a decision is asked again. In a round whose request text Airflow
+could not refresh (a later round in the same try: see :mod:`airflow_pydantic_ai.approval.wait`), only
+per-call fields that name the calls now pending count, so that an "Approve all" given while reading
+an earlier round's calls never approves different ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_pydantic_ai.approval.request import (
+    APPROVE,
+    APPROVE_ALL,
+    DECIDE_PER_CALL,
+    REASON_FIELD,
+    REJECT,
+    REJECT_ALL,
+    PendingCall,
+    call_field,
+)
+from airflow_pydantic_ai.durable.decision import Decision
+
+__all__ = ["Answer", "ApprovalTimedOut", "read_answer"]
+
+
+class ApprovalTimedOut(RuntimeError):
+    """Nobody answered within ``approval_timeout`` and ``on_approval_timeout`` is ``"fail"``."""
+
+
+@dataclass
+class Answer:
+    """The decisions an answer gives, by call ref, and what in it was ignored."""
+
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    answered_by: str | None = None
+
+
+def _user_name(user: Any) -> str | None:
+    if isinstance(user, Mapping):
+        name = user.get("name") or user.get("id")
+        return None if name is None else str(name)
+    return None
+
+
+def read_answer(
+    event: Any,
+    pending: Sequence[PendingCall],
+    *,
+    request_is_current: bool,
+    timeout_reason: str,
+) -> Answer:
+    """The decisions in ``event`` for the ``pending`` calls.
+
+    :param event: The resume event Airflow hands the task (``chosen_options``, ``params_input``,
+        ``responded_by_user``, ``timedout``; or ``error`` / ``error_type`` when the wait failed).
+    :param pending: The calls the request asked about.
+    :param request_is_current: False when Airflow still shows an earlier round's request text.
+    :param timeout_reason: The reason given to the model for calls rejected because nobody answered.
+    :raises ApprovalTimedOut: The wait timed out with no default answer (``on_approval_timeout="fail"``).
+    """
+    answer = Answer()
+    if not isinstance(event, Mapping):
+        answer.warnings.append(f"the answer is not a mapping ({type(event).__name__}); it is ignored")
+        return answer
+    if "error" in event:
+        if event.get("error_type") == "timeout":
+            raise ApprovalTimedOut(
+                f"nobody approved or rejected the pending tool calls in time ({event.get('error')}); "
+                "on_approval_timeout='fail' fails the task. Set on_approval_timeout='reject' to reject them and "
+                "go on, or a longer approval_timeout."
+            )
+        raise RuntimeError(f"the wait for approval failed: {event.get('error')}")
+    timed_out = bool(event.get("timedout"))
+    who = None if timed_out else _user_name(event.get("responded_by_user"))
+    answer.answered_by = who
+    chosen = event.get("chosen_options")
+    params = event.get("params_input") or {}
+    if not isinstance(chosen, list) or len(chosen) != 1 or not isinstance(chosen[0], str):
+        answer.warnings.append(f"the answer chose {chosen!r}, not one option; it is ignored")
+        return answer
+    if not isinstance(params, Mapping):
+        answer.warnings.append(f"the answer's fields are {type(params).__name__}, not a mapping; they are ignored")
+        params = {}
+    option = chosen[0]
+    reason = params.get(REASON_FIELD)
+    reason = str(reason).strip() if isinstance(reason, (str, int, float)) and str(reason).strip() else None
+    if timed_out:
+        reason = timeout_reason
+    by_ref = {call.ref: call for call in pending}
+    known_fields = {call_field(ref) for ref in by_ref} | {REASON_FIELD}
+    for name in params:
+        if name not in known_fields and str(name).startswith("call_"):
+            answer.warnings.append(
+                f"the field {name!r} names no pending call (answered twice, or a stale page?); ignored"
+            )
+
+    if option in (APPROVE_ALL, REJECT_ALL) and (request_is_current or timed_out):
+        approved = option == APPROVE_ALL
+        for ref in by_ref:
+            answer.decisions[ref] = Decision(
+                approved=approved, reason=None if approved else reason, answered_by=who, timed_out=timed_out
+            )
+        return answer
+    if option not in (APPROVE_ALL, REJECT_ALL, DECIDE_PER_CALL):
+        answer.warnings.append(f"the option {option!r} is not one of ours; it is ignored")
+        return answer
+    if option != DECIDE_PER_CALL:
+        answer.warnings.append(
+            f"{option!r} was chosen on a page that shows an earlier round's calls; it decides nothing. Decide each "
+            "pending call by its field (call_<ref>: approve or reject)"
+        )
+    for ref in by_ref:
+        value = params.get(call_field(ref))
+        if value is None:
+            continue
+        verdict = str(value).strip().lower()
+        if verdict not in (APPROVE, REJECT):
+            answer.warnings.append(f"{call_field(ref)}={value!r} is neither {APPROVE!r} nor {REJECT!r}; ignored")
+            continue
+        approved = verdict == APPROVE
+        answer.decisions[ref] = Decision(
+            approved=approved, reason=None if approved else reason, answered_by=who, timed_out=timed_out
+        )
+    return answer

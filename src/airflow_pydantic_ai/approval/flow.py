@@ -1,0 +1,240 @@
+"""The Airflow side of an approval round: ask (write the request, release the worker), then record the answer.
+
+Data flows one way. The durable run stops with :class:`~airflow_pydantic_ai.durable.approvals.WaitingForDecisions`;
+:func:`ask` writes the human-in-the-loop request and waits through :mod:`~airflow_pydantic_ai.approval.wait`,
+carrying the pending calls' keys in the resume arguments (:class:`Resume`). When Airflow resumes the task,
+:func:`record_answer` turns the answer into one decision per call and records each in the durable cache;
+the run then starts again, replays every recorded step, finds the decisions and goes on live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal, NoReturn
+
+from pydantic_ai.messages import ToolCallPart
+
+from airflow_pydantic_ai.approval.answer import read_answer
+from airflow_pydantic_ai.approval.request import PendingCall, build_request
+from airflow_pydantic_ai.approval.wait import RENDERED_FIELD, parks_for_input, publish_request, wait_for_answer
+from airflow_pydantic_ai.durable.approvals import WaitingForDecisions
+from airflow_pydantic_ai.durable.decision import DecisionStep
+from airflow_pydantic_ai.durable.run import DurableRun
+
+__all__ = ["ApprovalSettings", "Resume", "ask", "record_answer"]
+
+OnTimeout = Literal["reject", "fail"]
+_ON_TIMEOUT: tuple[OnTimeout, ...] = ("reject", "fail")
+
+
+@dataclass(frozen=True)
+class ApprovalSettings:
+    """The operator's approval options, checked once."""
+
+    timeout: timedelta | None = None
+    on_timeout: OnTimeout = "fail"
+    assigned_users: list[dict[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def checked(cls, timeout: Any, on_timeout: Any, assigned_users: Any) -> ApprovalSettings:
+        """Raise ``ValueError`` naming the argument and the fix when one is wrong."""
+        if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
+            raise ValueError(
+                f"AgentOperator approval_timeout must be a positive datetime.timedelta or None, got {timeout!r}"
+            )
+        if on_timeout not in _ON_TIMEOUT:
+            raise ValueError(
+                f"AgentOperator on_approval_timeout must be 'reject' (reject the pending calls and go on) or 'fail' "
+                f"(fail the task), got {on_timeout!r}"
+            )
+        users = [assigned_users] if isinstance(assigned_users, dict) else list(assigned_users or [])
+        for user in users:
+            if not isinstance(user, dict) or not {"id", "name"} <= set(user):
+                raise ValueError(
+                    "AgentOperator approval_assigned_users takes {'id': ..., 'name': ...} dicts (Airflow's HITLUser), "
+                    f"got {user!r}"
+                )
+        return cls(timeout=timeout, on_timeout=on_timeout, assigned_users=[dict(user) for user in users])
+
+    @property
+    def timeout_reason(self) -> str:
+        return f"Nobody approved this tool call within the approval timeout ({self.timeout}); it was not run."
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What the task carries through the wait (``next_kwargs``) plus the answer Airflow adds (``event``)."""
+
+    event: Any
+    pending: list[dict[str, Any]]
+    """Per call: ``ref``, ``key``, ``tool``, ``call_id``, ``step``."""
+    request_ti: str
+    """The task-instance try whose request Airflow shows (one request per try)."""
+    shown_refs: list[str]
+    round: int
+
+    @classmethod
+    def from_kwargs(cls, event: Any, kwargs: dict[str, Any]) -> Resume:
+        pending = kwargs.get("pending")
+        if not isinstance(pending, list):
+            raise ValueError(f"the task resumed without the pending calls it waited for ({kwargs!r})")
+        return cls(
+            event=event,
+            pending=[dict(item) for item in pending],
+            request_ti=str(kwargs.get("request_ti", "")),
+            shown_refs=[str(ref) for ref in kwargs.get("shown_refs") or []],
+            round=int(kwargs.get("round") or 1),
+        )
+
+
+def _pending_call(step: DecisionStep) -> PendingCall:
+    return PendingCall(ref=step.ref, tool_name=step.tool_name, call_id=step.call.tool_call_id, arguments=step.call.args)
+
+
+def _redact() -> Any:
+    try:
+        from airflow.sdk._shared.secrets_masker import redact
+    except ImportError:  # pragma: no cover - older task SDKs
+        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
+    return redact
+
+
+def _param(default: Any, *, description: str, **schema: Any) -> dict[str, Any]:
+    from airflow.sdk import Param
+
+    return Param(default, description=description, **schema).serialize()
+
+
+def _task_label(context: Any) -> str:
+    ti = context["ti"]
+    label = f"{ti.dag_id}.{ti.task_id}"
+    map_index = getattr(ti, "map_index", -1)
+    return label if map_index in (None, -1) else f"{label}[{map_index}]"
+
+
+def ask(
+    operator: Any,
+    context: Any,
+    waiting: WaitingForDecisions,
+    *,
+    prompt: str,
+    settings: ApprovalSettings,
+    previous: Resume | None,
+    log: Any,
+) -> NoReturn:
+    """Write the request for the waiting calls and release the worker until a person answers."""
+    calls = [_pending_call(step) for step in waiting.pending]
+    ti_id = str(context["task_instance"].id)
+    refs = [call.ref for call in calls]
+    same_try = previous is not None and previous.request_ti == ti_id
+    shown_refs = previous.shown_refs if same_try and previous is not None else refs
+    current = set(refs) <= set(shown_refs)
+    round_number = 1 if previous is None else previous.round + (0 if set(refs) <= set(previous.shown_refs) else 1)
+    request = build_request(
+        calls,
+        task_label=_task_label(context),
+        prompt=prompt,
+        redact=_redact(),
+        reject_on_timeout=settings.on_timeout == "reject" and settings.timeout is not None,
+        param=_param,
+    )
+    # In the same try Airflow keeps the first request's text and only clears the previous answer.
+    not_shown = publish_request(context, request, settings.assigned_users)
+    if not_shown:
+        log.warning("Approval: could not show the request in the rendered field '%s': %s", RENDERED_FIELD, not_shown)
+    log.info(
+        "Approval: the agent stopped before %d tool call(s) that need approval (round %d): %s",
+        len(calls),
+        round_number,
+        ", ".join(f"{call.tool_name} (ref {call.ref}, call {call.call_id})" for call in calls),
+    )
+    if not current:
+        log.warning(
+            "Approval: Airflow keeps one request per task try, so its Required Actions page still shows an earlier "
+            "round's calls; this round's calls are in the task's rendered field '%s'. Answer them through the REST "
+            "API (PATCH .../taskInstances/%s/%s/hitlDetails) with params_input {%s} (approve or reject) and any "
+            "option; 'Approve all'/'Reject all' alone decide nothing",
+            RENDERED_FIELD,
+            context["ti"].task_id,
+            getattr(context["ti"], "map_index", -1),
+            ", ".join(f"'call_{ref}': ..." for ref in refs),
+        )
+    where = (
+        "parked in awaiting_input (no worker slot, no triggerer)"
+        if parks_for_input()
+        else "deferred to the triggerer (no worker slot)"
+    )
+    timeout = (
+        f"; after {settings.timeout} without an answer the task will "
+        + ("reject the pending calls and go on" if settings.on_timeout == "reject" else "fail")
+        if settings.timeout
+        else ""
+    )
+    log.info(
+        "Approval: waiting for %d approval(s) on this task's Required Actions page; the task is %s%s",
+        len(calls),
+        where,
+        timeout,
+    )
+    kwargs = {
+        "pending": [
+            {
+                "ref": step.ref,
+                "key": step.key,
+                "tool": step.tool_name,
+                "call_id": step.call.tool_call_id,
+                "step": step.step_number,
+            }
+            for step in waiting.pending
+        ],
+        "request_ti": ti_id,
+        "shown_refs": shown_refs,
+        "round": round_number,
+    }
+    wait_for_answer(operator, context, request, timeout=settings.timeout, kwargs=kwargs)
+
+
+def record_answer(run: DurableRun, resume: Resume, *, settings: ApprovalSettings, log: Any) -> None:
+    """Record the answer's decisions in the cache (calls it leaves undecided are asked again)."""
+    calls = [
+        PendingCall(ref=item["ref"], tool_name=str(item["tool"]), call_id=str(item["call_id"]), arguments=None)
+        for item in resume.pending
+    ]
+    answer = read_answer(
+        resume.event,
+        calls,
+        request_is_current={call.ref for call in calls} <= set(resume.shown_refs),
+        timeout_reason=settings.timeout_reason,
+    )
+    who = answer.answered_by or "nobody (the approval timed out)"
+    log.info("Approval: resumed with an answer from %s for %d pending call(s)", who, len(calls))
+    for warning in answer.warnings:
+        log.warning("Approval: %s", warning)
+    for item in resume.pending:
+        decision = answer.decisions.get(item["ref"])
+        if decision is None:
+            log.warning(
+                "Approval: the answer does not decide %s (ref %s, call %s); it will be asked again",
+                item["tool"],
+                item["ref"],
+                item["call_id"],
+            )
+            continue
+        step = DecisionStep(
+            run=run,
+            call=ToolCallPart(tool_name=str(item["tool"]), args=None, tool_call_id=str(item["call_id"])),
+            key=str(item["key"]),
+            step_number=int(item.get("step") or 0),
+        )
+        step.record(decision)
+        rejected_with_reason = decision.reason and not decision.approved
+        reason = f" (reason given to the model: {decision.reason!r})" if rejected_with_reason else ""
+        log.info(
+            "Approval: %s (ref %s, call %s) %s%s",
+            item["tool"],
+            item["ref"],
+            item["call_id"],
+            decision.describe(),
+            reason,
+        )

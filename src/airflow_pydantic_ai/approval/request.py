@@ -1,0 +1,169 @@
+"""What a person is asked: the human-in-the-loop request for the calls of one round.
+
+The request lists, for each pending call, the tool name, its call id, a short reference and its
+arguments (pretty-printed JSON, values registered with Airflow's secrets masker and sensitive-looking
+keys masked, long values cut), and a summary of the task's prompt. The options are "Approve all" and
+"Reject all" (and "Decide per call" when there are several calls, with one approve/reject field per
+call); an optional reason is sent to the model for every rejected call.
+
+Nothing here talks to Airflow's database: it only builds data (:class:`ApprovalRequest`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "APPROVE_ALL",
+    "DECIDE_PER_CALL",
+    "REASON_FIELD",
+    "REJECT_ALL",
+    "ApprovalRequest",
+    "PendingCall",
+    "build_request",
+    "call_field",
+]
+
+APPROVE_ALL = "Approve all"
+REJECT_ALL = "Reject all"
+DECIDE_PER_CALL = "Decide per call"
+REASON_FIELD = "reason"
+APPROVE, REJECT = "approve", "reject"
+
+_MAX_VALUE = 500
+"""Characters of one argument value shown before it is cut."""
+_MAX_ARGUMENTS = 4000
+"""Characters of one call's pretty-printed arguments shown before they are cut."""
+_MAX_PROMPT = 500
+
+
+def call_field(ref: str) -> str:
+    """The form field (``params_input`` key) that approves or rejects the call ``ref``."""
+    return f"call_{ref}"
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A call waiting for a decision, as the request shows it and as the resumed task finds it again."""
+
+    ref: str
+    tool_name: str
+    call_id: str
+    arguments: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ref": self.ref, "tool": self.tool_name, "call_id": self.call_id}
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """The content of one human-in-the-loop request (the arguments of Airflow's ``upsert_hitl_detail``)."""
+
+    subject: str
+    body: str
+    options: list[str]
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Serialized ``Param`` definitions (the form fields)."""
+    defaults: list[str] | None = None
+    """What Airflow answers when the approval times out (``on_approval_timeout="reject"``), else None."""
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def _shorten_values(value: Any) -> Any:
+    if isinstance(value, str):
+        return _cut(value, _MAX_VALUE)
+    if isinstance(value, dict):
+        return {str(key): _shorten_values(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_shorten_values(item) for item in value]
+    return value
+
+
+def pretty_arguments(arguments: Any, redact: Callable[[Any], Any]) -> str:
+    """The arguments as the model sent them, masked, each long value cut, as indented JSON."""
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):  # not JSON: shown as the model sent it
+            arguments = json.loads(arguments) if arguments.strip() else {}
+    shown = _shorten_values(redact(arguments))
+    text = shown if isinstance(shown, str) else json.dumps(shown, indent=2, ensure_ascii=False, default=str)
+    return _cut(text, _MAX_ARGUMENTS)
+
+
+def _fence(text: str) -> str:
+    """A Markdown code fence that the text cannot close."""
+    ticks = "```"
+    while ticks in text:
+        ticks += "`"
+    return f"{ticks}json\n{text}\n{ticks}"
+
+
+def build_request(
+    calls: Sequence[PendingCall],
+    *,
+    task_label: str,
+    prompt: str,
+    redact: Callable[[Any], Any],
+    reject_on_timeout: bool,
+    param: Callable[..., dict[str, Any]],
+) -> ApprovalRequest:
+    """The request for ``calls``.
+
+    :param calls: The calls waiting for a decision, in the order the model made them.
+    :param task_label: ``dag_id.task_id`` (and map index) for the subject.
+    :param prompt: The task's prompt (a summary is shown, masked).
+    :param redact: Airflow's secrets masker ``redact``.
+    :param reject_on_timeout: Whether Airflow answers "Reject all" when the approval times out.
+    :param param: Builds one serialized form field: ``param(default, description=..., **json_schema)``.
+    """
+    count = len(calls)
+    noun = "call" if count == 1 else "calls"
+    subject = f"{task_label}: approve {count} tool {noun}?"
+    summary = _cut(" ".join(str(redact(prompt)).split()), _MAX_PROMPT)
+    lines = [
+        f"The agent of **{task_label}** wants to run {count} tool {noun}. Nothing has run yet.",
+        "",
+        f"**Task prompt:** {summary}",
+        "",
+    ]
+    for number, call in enumerate(calls, start=1):
+        lines += [
+            f"### {number}. `{call.tool_name}` (ref `{call.ref}`, call id `{call.call_id}`)",
+            "",
+            _fence(pretty_arguments(call.arguments, redact)),
+            "",
+        ]
+    lines.append("A rejected call is not run; the model is told it was rejected, with the reason if you give one.")
+    options = [APPROVE_ALL, REJECT_ALL]
+    params: dict[str, dict[str, Any]] = {}
+    if count > 1:
+        options.append(DECIDE_PER_CALL)
+        lines.append(f"To decide call by call, set each call's field and choose **{DECIDE_PER_CALL}**.")
+        for number, call in enumerate(calls, start=1):
+            params[call_field(call.ref)] = param(
+                REJECT,
+                description=f"{number}. {call.tool_name} (call id {call.call_id}): {APPROVE} or {REJECT}",
+                title=f"{number}. {call.tool_name}",
+                enum=[APPROVE, REJECT],
+            )
+    params[REASON_FIELD] = param(
+        "",
+        description="Why the calls are rejected (optional): the model reads it as the tool's answer.",
+        title="Reason for a rejection",
+        type=["string", "null"],
+    )
+    return ApprovalRequest(
+        subject=subject,
+        body="\n".join(lines),
+        options=options,
+        params=params,
+        defaults=[REJECT_ALL] if reject_on_timeout else None,
+    )

@@ -1,0 +1,100 @@
+"""Approval under Airflow's real scheduler, dag-processor and api-server: the task waits without a worker.
+
+With one executor slot (``parallelism=1``), the agent task takes the slot first (higher priority), parks
+in ``awaiting_input`` (Airflow 3.3; the triggerer would be needed on 3.1/3.2), and another task runs in
+the freed slot meanwhile. A logged-in user then answers over HTTP and the agent task finishes in a new
+task process that replays the recorded model step.
+
+Slow (about half a minute): deselect with ``-m "not scheduler"`` or set ``AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.test_real_scheduler import log_events, summaries
+from tests.helpers.standalone import AirflowCluster, ClusterError, user_env
+
+pytestmark = [
+    pytest.mark.scheduler,
+    pytest.mark.skipif(
+        os.environ.get("AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER") == "1",
+        reason="AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1",
+    ),
+]
+
+DAG_FILE = Path(__file__).parent / "dags" / "approval_scheduler_dag.py"
+DAG_ID = "approval_real_scheduler"  # as in DAG_FILE
+RUN_TIMEOUT = 90
+READY_TIMEOUT = 180  # migrating, or starting the api-server, can take over a minute on a loaded 2-core machine
+USERS = {"admin": ("admin", "admin-password"), "alice": ("op", "alice-password")}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
+    (tmp_path / "auth").mkdir()
+    cluster = AirflowCluster.create(
+        tmp_path,
+        dag_files=[DAG_FILE],
+        extra_env={
+            "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{tmp_path / 'cache'}",
+            "APPROVAL_E2E_MARKER": str(tmp_path / "marker.txt"),
+            "AIRFLOW__CORE__PARALLELISM": "1",
+            # On a loaded machine one execution-API call can take over 30 s (the default timeout).
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
+            **user_env(tmp_path / "auth", USERS),
+        },
+    )
+    cluster.login_as("admin", USERS["admin"][1])
+    cluster.request_timeout = 60
+    with cluster.running(ready_timeout=READY_TIMEOUT, migrate_timeout=READY_TIMEOUT):
+        yield cluster
+
+
+def _wait_for_state(cluster: AirflowCluster, run_id: str, task_id: str, states: set[str], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    ti: Any = None
+    while time.monotonic() < deadline:
+        cluster.check_alive()
+        ti = cluster.task_instance(DAG_ID, run_id, task_id)
+        if ti["state"] in states:
+            return ti
+        time.sleep(1)
+    raise ClusterError(f"{task_id} still {ti and ti['state']!r} after {timeout} s:\n{cluster.tails()}")
+
+
+def test_waiting_for_approval_frees_the_worker_slot(cluster: AirflowCluster, tmp_path: Path) -> None:
+    cluster.wait_for_dag(DAG_ID, timeout=30)
+    started = time.monotonic()
+    run_id = cluster.trigger(DAG_ID)
+    _wait_for_state(cluster, run_id, "mail", {"awaiting_input"}, timeout=RUN_TIMEOUT)
+    # The only worker slot is free: the other task runs and finishes while the agent task waits.
+    _wait_for_state(cluster, run_id, "other", {"success"}, timeout=RUN_TIMEOUT)
+    assert cluster.task_instance(DAG_ID, run_id, "mail")["state"] == "awaiting_input"
+    assert not [line for line in (tmp_path / "marker.txt").read_text().splitlines() if line.startswith("send_email")]
+
+    cluster.login_as("alice", USERS["alice"][1])
+    detail = cluster.hitl_detail(DAG_ID, run_id, "mail")
+    assert detail["subject"] == f"{DAG_ID}.mail: approve 1 tool call?"
+    assert "team@example.com" in detail["body"]
+    answer = cluster.hitl_respond(DAG_ID, run_id, "mail", {"chosen_options": ["Approve all"]})
+    assert answer["responded_by"]["name"] == "alice"
+
+    state = cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT)
+    print(f"run {run_id} finished {state!r} {time.monotonic() - started:.1f} s after the trigger")
+    log = cluster.task_log(DAG_ID, run_id, "mail", 1)
+    assert state == "success", f"{log}\n{cluster.tails()}"
+    ti = cluster.task_instance(DAG_ID, run_id, "mail")
+    assert (ti["state"], ti["try_number"]) == ("success", 1)
+    marks = [line.split() for line in (tmp_path / "marker.txt").read_text().splitlines()]
+    assert [name for name, _, _ in marks] == ["other", "send_email"], marks
+    events = log_events(log)
+    assert any(e.startswith("Approval: waiting for 1 approval(s)") for e in events), events
+    assert any("approved by alice" in e for e in events), events
+    # Before the wait: one live model step. After: it replays, the tool and the final answer run live.
+    assert summaries(events) == [(0, 0, 0, 1, 1, 0), (1, 1, 0, 2, 1, 1)], events
