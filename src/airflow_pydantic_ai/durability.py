@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,8 +23,11 @@ from airflow_pydantic_ai.durable.store import make_private_folders
 
 __all__ = [
     "CONFIG_SECTION",
+    "CacheBase",
     "DurableConfigError",
+    "cache_rm_command",
     "default_cache_path",
+    "open_cache_base",
     "resolve_cache_path",
     "start_durable_run",
 ]
@@ -233,10 +238,57 @@ def _secret_finder() -> Any:
     return contains_secret
 
 
+@dataclass(frozen=True)
+class CacheBase:
+    """The configured cache location, opened as a task opens it: its path, the cipher and the timeout.
+
+    The task (:func:`start_durable_run`) and the ``airflow pydantic-ai cache`` commands build a task
+    instance's :class:`StepStore` through :meth:`store_for`, so both read the same prefix the same
+    way, and a misconfiguration gives both the same error.
+    """
+
+    path: Any
+    """The ``ObjectStoragePath`` of the base, checked by :func:`resolve_cache_path`."""
+    cipher: Any
+    timeout: float
+
+    @property
+    def fs(self) -> Any:
+        return self.path.fs
+
+    @property
+    def root(self) -> str:
+        """The base as a path on :attr:`fs`."""
+        return str(self.path.path)
+
+    @property
+    def url(self) -> str:
+        return str(self.path)
+
+    def store_for(self, identity: TaskIdentity, *, warn: Any = print) -> StepStore:
+        """The cache of one task instance under this base."""
+        return StepStore.for_task(
+            self.fs, self.root, self.url, identity, warn=warn, cipher=self.cipher, timeout=self.timeout
+        )
+
+
+def open_cache_base(cache_path: str | None = None) -> CacheBase:
+    """Resolve and check ``durable_cache_path`` (or ``cache_path``), ``durable_encrypt`` and the timeout."""
+    return CacheBase(path=resolve_cache_path(cache_path), cipher=_cipher(), timeout=_storage_timeout())
+
+
+def cache_rm_command(identity: TaskIdentity) -> str:
+    """The command that deletes ``identity``'s cache, ready to paste into a shell."""
+    words = ["airflow", "pydantic-ai", "cache", "rm", identity.dag_id, identity.run_id, identity.task_id]
+    if identity.map_index != -1:
+        words += ["--map-index", str(identity.map_index)]
+    return shlex.join(words)
+
+
 def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) -> DurableRun:
     """Open the durable cache of the running task instance and start this try."""
     ti = context["ti"]
-    base = resolve_cache_path(cache_path)
+    base = open_cache_base(cache_path)
     storage_errors = _storage_error_mode()
     map_index = getattr(ti, "map_index", None)
     identity = TaskIdentity(
@@ -245,12 +297,14 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None) 
         task_id=ti.task_id,
         map_index=-1 if map_index is None else int(map_index),
     )
-    base_url = str(base)
-    store = StepStore.for_task(
-        base.fs, base.path, base_url, identity, warn=log.warning, cipher=_cipher(), timeout=_storage_timeout()
+    base_url = base.url
+    store = base.store_for(identity, warn=log.warning)
+    log.info(
+        "Durable: the cache of this task instance is %s (delete it to force a fresh run: %s)",
+        store.location,
+        cache_rm_command(identity),
     )
-    log.info("Durable: the cache of this task instance is %s (delete it to force a fresh run)", store.location)
-    if not getattr(base, "conn_id", None) and not store.is_local:
+    if not getattr(base.path, "conn_id", None) and not store.is_local:
         log.info(
             "Durable: %s names no connection, so the worker's default credentials are used (environment, "
             "instance profile...); every worker must reach the same location with them",

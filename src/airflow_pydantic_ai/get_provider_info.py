@@ -78,6 +78,7 @@ def get_provider_info() -> dict[str, Any]:
                 },
             }
         ],
+        "cli": ["airflow_pydantic_ai.cli.definition.get_cli_commands"],
         "task-decorators": [
             {
                 "class-name": "airflow_pydantic_ai.decorators.agent.agent_task",

@@ -283,6 +283,27 @@ class AirflowCluster:
             time.sleep(1)
         raise ClusterError(f"run {run_id} still {state!r} after {timeout} s:\n{self.tails()}")
 
+    def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """Clear a finished task instance of ``run_id`` (as the UI's Clear does): the scheduler runs its next try."""
+        self._request(
+            "POST",
+            f"/api/v2/dags/{dag_id}/clearTaskInstances",
+            {"dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "reset_dag_runs": True},
+        )
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run ``airflow *args`` against this cluster's home and metadata DB."""
+        return subprocess.run(
+            ["airflow", *args],
+            env=self.env,
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
         return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
 
