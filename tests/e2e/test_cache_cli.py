@@ -435,3 +435,38 @@ def test_gc_deletes_only_caches_no_task_instance_will_read(scenario: Scenario) -
     for neighbour in NEIGHBOURS:
         assert f"{base}{neighbour}" in after
     assert f"{base}/README.txt" in after
+
+
+def test_the_task_log_names_the_command_that_deletes_its_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import re
+    import shlex
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    base_url = f"file://{tmp_path / 'cache'}"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", base_url)
+    with _dag(f"cli_log_{uuid.uuid4().hex[:6]}") as dag:
+        AgentOperator.partial(
+            task_id="triage", model_id="test", toolsets=[FunctionToolset([_failing_tool])], durable=True
+        ).expand(prompt=["Ticket 1"])
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "failed"
+    [command] = re.findall(r"\(delete it to force a fresh run: (airflow pydantic-ai cache rm [^)]*)\)", out)
+
+    assert shlex.split(command) == [
+        "airflow", "pydantic-ai", "cache", "rm", dr.dag_id, dr.run_id, "triage", "--map-index", "0"
+    ]  # fmt: skip
+    pasted = subprocess.run(
+        [str(AIRFLOW_BIN), *shlex.split(command)[1:], "--yes"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": base_url},
+    )
+    assert pasted.returncode == 0, pasted.stderr
+    assert "Deleted the whole cache (1 step" in pasted.stdout
+    assert not (tmp_path / "cache" / dr.dag_id).exists()

@@ -291,7 +291,7 @@ class AirflowCluster:
             {"dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "reset_dag_runs": True},
         )
 
-    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run ``airflow *args`` against this cluster's home and metadata DB."""
         return subprocess.run(
             ["airflow", *args],
