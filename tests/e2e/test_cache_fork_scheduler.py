@@ -44,7 +44,7 @@ def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
             "DURABLE_E2E_MARKER": str(tmp_path / "tool-calls.txt"),
         },
     )
-    with cluster.running(ready_timeout=180):
+    with cluster.running(ready_timeout=180, migrate_timeout=300):
         yield cluster
 
 

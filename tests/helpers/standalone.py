@@ -132,9 +132,9 @@ class AirflowCluster:
         return cls(home=home, env=env, port=port)
 
     @contextmanager
-    def running(self, ready_timeout: float = 60) -> Iterator[AirflowCluster]:
+    def running(self, ready_timeout: float = 60, migrate_timeout: float = 60) -> Iterator[AirflowCluster]:
         """Migrate the DB, start the components, wait until ready; always stop them on exit."""
-        self.migrate()
+        self.migrate(migrate_timeout)
         try:
             self.start()
             self.wait_ready(ready_timeout)

@@ -121,12 +121,13 @@ def _reader(identity: TaskIdentity) -> CacheReader:
     return reader
 
 
-def _confirm(question: str, yes: bool) -> None:
+def _confirm(what: str, yes: bool) -> None:
+    """Ask before deleting ``what`` ("the whole cache (3 steps, 1234 bytes) at ..."), unless ``--yes``."""
     if yes:
         return
     if not sys.stdin.isatty():
-        raise _UserError(f"{question} needs a confirmation and there is no terminal to ask on; add --yes")
-    answer = input(f"{question} [y/N] ")
+        raise _UserError(f"deleting {what} needs a confirmation and there is no terminal to ask on; add --yes")
+    answer = input(f"Delete {what}? [y/N] ")
     if answer.strip().lower() not in ("y", "yes"):
         raise SystemExit("Cancelled; nothing was deleted.")
 
@@ -238,7 +239,8 @@ def cache_rm(args: Any) -> None:
             doomed = [step for step in steps if step.number >= args.from_step]
             if not doomed:
                 raise _UserError(f"the cache at {location} has {len(steps)} steps; --from-step must be 1..{len(steps)}")
-            what = f"steps {args.from_step}..{len(steps)} of the cache ({_size(sum(step.size for step in doomed))})"
+            numbers = f"step {args.from_step}" if len(doomed) == 1 else f"steps {args.from_step}..{len(steps)}"
+            what = f"{numbers} of the cache ({_size(sum(step.size for step in doomed))})"
         else:
             doomed = steps
             what = f"the whole cache ({_plural(len(steps), 'step')}, {_size(sum(step.size for step in steps))})"
@@ -246,7 +248,7 @@ def cache_rm(args: Any) -> None:
             print(f"Would delete {what} at {location} (dry run: nothing deleted)")
             _print_steps(doomed)
             return
-        _confirm(f"Delete {what} at {location}?", args.yes)
+        _confirm(f"{what} at {location}", args.yes)
         if args.from_step is not None:
             reader.delete_from(args.from_step)
             print(f"Deleted {what} at {location}; the next try replays steps 1..{args.from_step - 1}")
@@ -296,7 +298,7 @@ def cache_gc(args: Any) -> None:
                 args.output,
             )
             return
-        _confirm(f"Delete {_plural(len(doomed), 'cache')} ({_size(freed)}) under {base.url}?", args.yes)
+        _confirm(f"{_plural(len(doomed), 'cache')} ({_size(freed)}) under {base.url}", args.yes)
         for cache in doomed:
             cache.store(base.fs, timeout=base.timeout).clear()
         _print_rows(rows, args.output)
