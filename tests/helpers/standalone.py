@@ -239,7 +239,7 @@ class AirflowCluster:
             headers["Authorization"] = f"Bearer {self.token()}"
         request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=30) as response:
                 payload = response.read()
         except urllib.error.HTTPError as error:
             raise ClusterError(f"{method} {path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
@@ -277,7 +277,11 @@ class AirflowCluster:
         state = None
         while time.monotonic() < deadline:
             self.check_alive()
-            state = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            try:
+                state = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            except OSError:  # an api-server too busy to answer in time (a loaded machine): ask again
+                time.sleep(1)
+                continue
             if state in TERMINAL_RUN_STATES:
                 return state
             time.sleep(1)
