@@ -8,6 +8,8 @@ tool results of about 1 KB, encoded as a task encodes them) under ``s3://bench/c
 - the catalog alone (:func:`~airflow_pydantic_ai.durable.catalog.list_caches`, in this process), with
   every S3 request counted by operation (botocore's ``before-call`` event): the listing must cost a
   thousand keys per ``ListObjectsV2`` and never a GET per entry;
+- the floor: the same keys listed with boto3 alone (what the moto server costs; it runs in this
+  process and shares its CPU);
 - the whole command, ``airflow pydantic-ai cache list -o json`` in a subprocess against a freshly
   migrated SQLite metadata DB (interpreter start, Airflow's CLI, the listing, the task state lookups
   and the output), unless ``--no-cli``.
@@ -80,6 +82,23 @@ def time_catalog(backend: S3Backend) -> tuple[float, int, dict[str, int]]:
     return elapsed, len(found), dict(backend.wire)
 
 
+def time_floor(backend: S3Backend) -> float:
+    """The same listing with boto3 alone (pages of ``ListObjectsV2``): what the server itself costs."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=backend.endpoint,
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+        region_name="us-east-1",
+    )
+    started = time.perf_counter()
+    for _ in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{PREFIX}/"):
+        pass
+    return time.perf_counter() - started
+
+
 def time_cli(endpoint: str, caches: int) -> float:
     """Wall time of ``airflow pydantic-ai cache list -o json`` in a subprocess (after ``airflow db migrate``)."""
     home = Path(tempfile.mkdtemp(prefix="bench-cli-"))
@@ -125,10 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         stored = fill(backend, args.caches, args.entries)
         print(
             f"wrote {args.caches} caches x {args.entries} entries ({stored:,} bytes) "
-            f"in {time.perf_counter() - started:.1f} s"
+            f"in {time.perf_counter() - started:.1f} s",
+            flush=True,
         )
         elapsed, found, requests = time_catalog(backend)
-        print(f"catalog: {found} caches in {elapsed:.2f} s; S3 requests: {requests}")
+        print(f"catalog: {found} caches in {elapsed:.2f} s; S3 requests: {requests}", flush=True)
+        print(f"floor: the same keys listed with boto3 alone in {time_floor(backend):.2f} s", flush=True)
         if found != args.caches:
             raise SystemExit(f"the catalog found {found} caches, expected {args.caches}")
         if not args.no_cli:
