@@ -123,9 +123,11 @@ def time_cli(endpoint: str, caches: int) -> float:
         [airflow, "pydantic-ai", "cache", "list", "-o", "json"], env=env, capture_output=True, text=True, timeout=600
     )
     elapsed = time.perf_counter() - started
+    print(f"airflow pydantic-ai cache list -o json: {elapsed:.2f} s wall time (exit {result.returncode})", flush=True)
     if result.returncode != 0:
         raise SystemExit(f"cache list failed: {result.stderr[-2000:]}")
-    rows = json.loads(result.stdout[result.stdout.index("[") :])
+    lines = result.stdout.splitlines()  # a log line may come before the document
+    rows = json.loads(next(line for line in lines if line.startswith(("[{", "[]"))))
     if len(rows) != caches:
         raise SystemExit(f"cache list printed {len(rows)} rows, expected {caches}")
     return elapsed
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         if found != args.caches:
             raise SystemExit(f"the catalog found {found} caches, expected {args.caches}")
         if not args.no_cli:
-            print(f"airflow pydantic-ai cache list -o json: {time_cli(backend.endpoint, args.caches):.2f} s wall time")
+            time_cli(backend.endpoint, args.caches)
     finally:
         backend.close()
     return 0
