@@ -55,16 +55,13 @@ def open_cache(
     Raises :class:`~airflow_pydantic_ai.durability.DurableConfigError` when the configuration is
     wrong (the message names the option), :class:`OutsideCacheBase` if the prefix escapes the base.
     """
-    from airflow_pydantic_ai.durability import _cipher, _storage_timeout, resolve_cache_path
+    from airflow_pydantic_ai.durability import open_cache_base
 
     identity = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=int(map_index))
-    base = resolve_cache_path()
-    base_url = str(base)
-    store = StepStore.for_task(
-        base.fs, base.path, base_url, identity, warn=warn, cipher=_cipher(), timeout=_storage_timeout()
-    )
-    _check_inside(base.path, store.root)
-    return CacheAccess(identity=identity, base_location=base_url, store=store, reader=CacheReader(store))
+    base = open_cache_base()
+    store = base.store_for(identity, warn=warn)
+    _check_inside(base.root, store.root)
+    return CacheAccess(identity=identity, base_location=base.url, store=store, reader=CacheReader(store))
 
 
 def _check_inside(base: str, root: str) -> None:

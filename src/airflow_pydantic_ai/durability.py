@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,10 +25,13 @@ from airflow_pydantic_ai.durable.store import StepEntry, make_private_folders
 
 __all__ = [
     "CONFIG_SECTION",
+    "CacheBase",
     "DurableConfigError",
     "ThisTry",
     "cache_belongs_to_this_dag_run",
+    "cache_rm_command",
     "default_cache_path",
+    "open_cache_base",
     "resolve_cache_path",
     "retries_an_earlier_try",
     "start_durable_run",
@@ -294,6 +298,53 @@ def cache_belongs_to_this_dag_run(entries: Mapping[str, StepEntry], this_try: Th
     return all(entry.attempt <= latest_own_try for entry in entries.values())
 
 
+@dataclass(frozen=True)
+class CacheBase:
+    """The configured cache location, opened as a task opens it: its path, the cipher and the timeout.
+
+    The task (:func:`start_durable_run`) and the ``airflow pydantic-ai cache`` commands build a task
+    instance's :class:`StepStore` through :meth:`store_for`, so both read the same prefix the same
+    way, and a misconfiguration gives both the same error.
+    """
+
+    path: Any
+    """The ``ObjectStoragePath`` of the base, checked by :func:`resolve_cache_path`."""
+    cipher: Any
+    timeout: float
+
+    @property
+    def fs(self) -> Any:
+        return self.path.fs
+
+    @property
+    def root(self) -> str:
+        """The base as a path on :attr:`fs`."""
+        return str(self.path.path)
+
+    @property
+    def url(self) -> str:
+        return str(self.path)
+
+    def store_for(self, identity: TaskIdentity, *, warn: Any = print) -> StepStore:
+        """The cache of one task instance under this base."""
+        return StepStore.for_task(
+            self.fs, self.root, self.url, identity, warn=warn, cipher=self.cipher, timeout=self.timeout
+        )
+
+
+def open_cache_base(cache_path: str | None = None) -> CacheBase:
+    """Resolve and check ``durable_cache_path`` (or ``cache_path``), ``durable_encrypt`` and the timeout."""
+    return CacheBase(path=resolve_cache_path(cache_path), cipher=_cipher(), timeout=_storage_timeout())
+
+
+def cache_rm_command(identity: TaskIdentity) -> str:
+    """The command that deletes ``identity``'s cache, ready to paste into a shell."""
+    words = ["airflow", "pydantic-ai", "cache", "rm", identity.dag_id, identity.run_id, identity.task_id]
+    if identity.map_index != -1:
+        words += ["--map-index", str(identity.map_index)]
+    return shlex.join(words)
+
+
 def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None, resuming: bool = False) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
@@ -301,7 +352,7 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None, 
     so the cache holds this very try's steps and must be kept.
     """
     ti = context["ti"]
-    base = resolve_cache_path(cache_path)
+    base = open_cache_base(cache_path)
     storage_errors = _storage_error_mode()
     map_index = getattr(ti, "map_index", None)
     identity = TaskIdentity(
@@ -310,12 +361,14 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None, 
         task_id=ti.task_id,
         map_index=-1 if map_index is None else int(map_index),
     )
-    base_url = str(base)
-    store = StepStore.for_task(
-        base.fs, base.path, base_url, identity, warn=log.warning, cipher=_cipher(), timeout=_storage_timeout()
+    base_url = base.url
+    store = base.store_for(identity, warn=log.warning)
+    log.info(
+        "Durable: the cache of this task instance is %s (delete it to force a fresh run: %s)",
+        store.location,
+        cache_rm_command(identity),
     )
-    log.info("Durable: the cache of this task instance is %s (delete it to force a fresh run)", store.location)
-    if not _compat.storage_conn_id(base) and not store.is_local:
+    if not _compat.storage_conn_id(base.path) and not store.is_local:
         log.info(
             "Durable: %s names no connection, so the worker's default credentials are used (environment, "
             "instance profile...); every worker must reach the same location with them",

@@ -84,6 +84,7 @@ def get_provider_info() -> dict[str, Any]:
                 "plugin-class": "airflow_pydantic_ai.ui.plugin.DurableCacheViewPlugin",
             }
         ],
+        "cli": ["airflow_pydantic_ai.cli.definition.get_cli_commands"],
         "task-decorators": [
             {
                 "class-name": "airflow_pydantic_ai.decorators.agent.agent_task",

@@ -10,9 +10,7 @@ Slow (about half a minute): deselect with ``-m "not scheduler"`` or set
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers.standalone import AirflowCluster
+from tests.helpers.task_logs import log_events, summaries
 
 pytestmark = [
     pytest.mark.scheduler,
@@ -35,11 +34,6 @@ TASK_ID = "triage"
 
 RUN_TIMEOUT = 90  # seconds from trigger to a finished run; it takes about 8-13 s
 
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
-
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
@@ -53,23 +47,6 @@ def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
     )
     with cluster.running():
         yield cluster
-
-
-def log_events(path: Path) -> list[str]:
-    """The messages of a task log file (JSON lines written by the task supervisor)."""
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            events.append(line)
-            continue
-        events.append(str(record.get("event", "")) if isinstance(record, dict) else line)
-    return events
-
-
-def summaries(events: list[str]) -> list[tuple[int, ...]]:
-    return [tuple(int(group) for group in match.groups()) for event in events if (match := SUMMARY.search(event))]
 
 
 def test_retry_in_a_fresh_process_replays_the_recorded_steps(cluster: AirflowCluster, tmp_path: Path):

@@ -316,7 +316,8 @@ class AirflowCluster:
             self.check_alive()
             try:
                 state = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
-            except TimeoutError:  # a busy machine: the api-server answers the next poll
+            except OSError:  # an api-server too busy to answer in time (a loaded machine): ask again
+                time.sleep(1)
                 continue
             if state in TERMINAL_RUN_STATES:
                 return state
@@ -324,9 +325,25 @@ class AirflowCluster:
         raise ClusterError(f"run {run_id} still {state!r} after {timeout} s:\n{self.tails()}")
 
     def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
-        """Clear one task instance of a finished run (its next try number is the old one + 1)."""
-        body = {"dry_run": False, "task_ids": [task_id], "dag_run_id": run_id, "reset_dag_runs": True}
-        self._request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", body)
+        """Clear a finished task instance of ``run_id`` (as the UI's Clear does): the scheduler runs its next try."""
+        self._request(
+            "POST",
+            f"/api/v2/dags/{dag_id}/clearTaskInstances",
+            {"dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "reset_dag_runs": True},
+        )
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run ``airflow *args`` against this cluster's home and metadata DB."""
+        return subprocess.run(
+            ["airflow", *args],
+            env=self.env,
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
         return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from fsspec.asyn import AsyncFileSystem, sync
 
@@ -44,6 +44,8 @@ __all__ = [
     "StepEntry",
     "StepStore",
     "TaskIdentity",
+    "id_segment",
+    "is_shortened",
     "make_private_folders",
     "modified_time",
 ]
@@ -100,10 +102,47 @@ class TaskIdentity:
         """The path segments of this task instance's cache, each safe and readable."""
         return [_segment(self.dag_id), _segment(self.run_id), _segment(self.task_id), str(self.map_index)]
 
+    @classmethod
+    def from_segments(cls, segments: Sequence[str]) -> TaskIdentity | None:
+        """The inverse of :meth:`segments`: the task instance whose cache lives under these segments.
+
+        Returns None when an id was shortened (``{start}%%{sha256}``, see :func:`is_shortened`): only
+        its digest is stored, so the id cannot be recovered from the path; find the task instance
+        whose ``segments()`` equal these instead. Raises ``ValueError`` when the segments are not a
+        cache's (wrong count, a map index that is not an integer, an id that does not encode back
+        to the same segment).
+        """
+        if len(segments) != 4:
+            raise ValueError(f"a cache is 4 path segments deep (dag, run, task, map index), got {list(segments)!r}")
+        *ids, map_index_text = segments
+        try:
+            map_index = int(map_index_text)
+        except ValueError:
+            raise ValueError(f"the map index segment {map_index_text!r} is not an integer") from None
+        if str(map_index) != map_index_text:
+            raise ValueError(f"the map index segment {map_index_text!r} is not written as the task writes it")
+        if any(is_shortened(segment) for segment in ids):
+            return None
+        decoded = [unquote(segment) for segment in ids]
+        identity = cls(dag_id=decoded[0], run_id=decoded[1], task_id=decoded[2], map_index=map_index)
+        if identity.segments() != list(segments):
+            raise ValueError(f"{list(segments)!r} is not how a task instance's cache is named")
+        return identity
+
 
 _MAX_SEGMENT = 200
 """Bytes of one encoded path segment: local filesystems allow 255 per name (ids can be long, and
 percent-encoding triples non-ASCII characters)."""
+
+
+def id_segment(value: str) -> str:
+    """The path segment an id (dag, run or task id) is stored under."""
+    return _segment(value)
+
+
+def is_shortened(segment: str) -> bool:
+    """Whether a segment is a long id shortened to a readable start and a digest of the whole id."""
+    return "%%" in segment
 
 
 def _segment(value: str) -> str:

@@ -1,0 +1,1 @@
+"""The ``airflow pydantic-ai`` commands (and the ``airflow-pydantic-ai`` console script)."""

@@ -1,0 +1,317 @@
+"""``airflow pydantic-ai cache list|show|rm|gc``: look at, delete and clean up durable caches.
+
+Every command opens the cache location exactly as a task does
+(:func:`~airflow_pydantic_ai.durability.open_cache_base`: the same URL resolution, connection,
+Fernet cipher and timeout), so a misconfiguration gives the task's error, and reads caches only
+through the durable package's read side (:mod:`~airflow_pydantic_ai.durable.catalog`,
+:class:`~airflow_pydantic_ai.durable.reader.CacheReader`).
+
+Exit codes: 0 on success; 1 with a one-line ``error: ...`` naming what to fix on any user error
+(no traceback). Deleting asks for confirmation unless ``--yes``; with no terminal to ask on, it
+fails and says to add ``--yes``. Nothing outside the configured prefix is ever deleted: ``rm``
+deletes one task instance's prefix, ``gc`` only caches found under the base.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from airflow_pydantic_ai.cli import task_states
+from airflow_pydantic_ai.durable.catalog import CacheSummary, list_caches
+from airflow_pydantic_ai.durable.reader import CacheReader
+from airflow_pydantic_ai.durable.store import TaskIdentity
+
+__all__ = ["cache_gc", "cache_list", "cache_rm", "cache_show"]
+
+LIST_COLUMNS = (
+    "dag_id",
+    "run_id",
+    "task_id",
+    "map_index",
+    "entries",
+    "model_steps",
+    "tool_steps",
+    "bytes",
+    "last_written",
+    "task_state",
+    "location",
+)
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class _UserError(Exception):
+    """A mistake the user can fix; printed as one line, exit code 1."""
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn configuration, storage and input errors into one line on stderr and exit code 1."""
+    from airflow_pydantic_ai.durability import DurableConfigError
+    from airflow_pydantic_ai.durable.run import describe_error
+
+    try:
+        yield
+    except (_UserError, DurableConfigError) as error:
+        raise SystemExit(f"error: {_one_line(str(error))}") from None
+    except (OSError, TimeoutError) as error:
+        raise SystemExit(f"error: the durable cache cannot be reached: {_one_line(describe_error(error))}") from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _base() -> Any:
+    from airflow_pydantic_ai.durability import open_cache_base
+
+    return open_cache_base()
+
+
+def _console() -> Any:
+    from airflow.cli.simple_table import AirflowConsole
+
+    return AirflowConsole()
+
+
+def _print_rows(rows: list[dict[str, Any]], output: str) -> None:
+    _console().print_as(data=rows, output=output)
+
+
+def parse_age(text: str) -> dt.timedelta:
+    """``7d`` -> 7 days; raises :class:`_UserError` naming the expected form."""
+    match = _AGE.match(text or "")
+    if not match:
+        raise _UserError(f"--older-than {text!r} is not an age; write a number and a unit: 90s, 30m, 12h, 7d or 2w")
+    return dt.timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _older_than(cache: CacheSummary, cutoff: dt.datetime | None) -> bool:
+    if cutoff is None:
+        return True
+    return cache.last_written is not None and cache.last_written < cutoff
+
+
+def _cutoff(age: str | None) -> dt.datetime | None:
+    return None if age is None else dt.datetime.now(tz=dt.UTC) - parse_age(age)
+
+
+def _identity(args: Any) -> TaskIdentity:
+    return TaskIdentity(dag_id=args.dag_id, run_id=args.run_id, task_id=args.task_id, map_index=args.map_index)
+
+
+def _describe(identity: TaskIdentity) -> str:
+    return (
+        f"dag_id={identity.dag_id!r} run_id={identity.run_id!r} task_id={identity.task_id!r} "
+        f"map_index={identity.map_index}"
+    )
+
+
+def _reader(identity: TaskIdentity) -> CacheReader:
+    """The task instance's cache, as its task would open it; :class:`_UserError` when there is none."""
+    store = _base().store_for(identity, warn=lambda message: None)
+    reader = CacheReader(store)
+    if not reader.exists():
+        raise _UserError(f"no durable cache for {_describe(identity)} (looked at {store.location})")
+    return reader
+
+
+def _confirm(what: str, yes: bool) -> None:
+    """Ask before deleting ``what`` ("the whole cache (3 steps, 1234 bytes) at ..."), unless ``--yes``."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise _UserError(f"deleting {what} needs a confirmation and there is no terminal to ask on; add --yes")
+    answer = input(f"Delete {what}? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise SystemExit("Cancelled; nothing was deleted.")
+
+
+def _size(count: int) -> str:
+    return f"{count} byte" if count == 1 else f"{count} bytes"
+
+
+# --- list ----------------------------------------------------------------------------------------
+
+
+def _catalog(base: Any) -> list[CacheSummary]:
+    return list_caches(base.fs, base.root, base.url)
+
+
+def _list_row(cache: CacheSummary, state: str) -> dict[str, Any]:
+    return {
+        "dag_id": cache.dag_id,
+        "run_id": cache.run_id,
+        "task_id": cache.task_id,
+        "map_index": cache.map_index,
+        "entries": cache.entries,
+        "model_steps": cache.model_steps,
+        "tool_steps": cache.tool_steps,
+        "bytes": cache.size,
+        "last_written": cache.last_written.isoformat() if cache.last_written else None,
+        "task_state": state,
+        "location": cache.location,
+    }
+
+
+def _configured(func: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Load the providers' configuration first (so ``[pydantic_ai]`` defaults are known), as Airflow's commands do."""
+    from airflow.utils.providers_configuration_loader import providers_configuration_loaded
+
+    return providers_configuration_loaded(func)
+
+
+@_configured
+def cache_list(args: Any) -> None:
+    """Every cache under ``durable_cache_path``, one row per task instance."""
+    with _user_errors():
+        cutoff = _cutoff(args.older_than)
+        caches = [
+            cache
+            for cache in _catalog(_base())
+            if cache.matches(args.dag_id, args.run_id, args.task_id) and _older_than(cache, cutoff)
+        ]
+        states = task_states.states_of(caches)
+        _print_rows([_list_row(cache, states[cache.segments]) for cache in caches], args.output)
+
+
+# --- show ----------------------------------------------------------------------------------------
+
+
+@_configured
+def cache_show(args: Any) -> None:
+    """The steps of one task instance's cache, or one step decoded."""
+    with _user_errors():
+        reader = _reader(_identity(args))
+        if args.step is None:
+            _print_rows([step.as_row() for step in reader.steps()], args.output)
+            return
+        try:
+            detail = reader.read(args.step)
+        except KeyError as error:
+            raise _UserError(f"{error.args[0]}; it has {len(reader.steps())} steps (see cache show)") from None
+        redact = _redactor()
+        info = detail.info
+        header = (
+            f"Step {info.number}: {info.kind} {info.name or '-'} call_id={info.call_id or '-'} "
+            f"attempt={info.attempt if info.attempt is not None else '-'} "
+            f"recorded_at={info.recorded_at.isoformat() if info.recorded_at else '-'} bytes={info.size}"
+        )
+        print(header)
+        if info.problem:
+            print(f"This entry cannot be shown: {info.problem}")
+            return
+        print(type(detail)(info, redact(detail.content)).render(limit=None if args.full else 4096, redact=redact))
+
+
+def _redactor() -> Callable[[Any], Any]:
+    """Airflow's secrets masker: registered secrets and values under sensitive keys become ``***``."""
+    try:
+        from airflow.sdk._shared.secrets_masker import redact
+    except ImportError:  # pragma: no cover - older task SDKs
+        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
+    return redact  # type: ignore[no-any-return]
+
+
+# --- rm ------------------------------------------------------------------------------------------
+
+
+@_configured
+def cache_rm(args: Any) -> None:
+    """Delete one task instance's cache, or every step from ``--from-step`` on."""
+    with _user_errors():
+        identity = _identity(args)
+        reader = _reader(identity)
+        state = task_states.state_of(identity)
+        if state in task_states.IN_FLIGHT_STATES and not args.force:
+            raise _UserError(
+                f"the task instance {_describe(identity)} is {state}: a try may be writing into its cache. "
+                "Wait until it finishes, or add --force"
+            )
+        location = reader.store.location
+        steps = reader.steps()
+        if args.from_step is not None:
+            doomed = [step for step in steps if step.number >= args.from_step]
+            if not doomed:
+                raise _UserError(f"the cache at {location} has {len(steps)} steps; --from-step must be 1..{len(steps)}")
+            numbers = f"step {args.from_step}" if len(doomed) == 1 else f"steps {args.from_step}..{len(steps)}"
+            what = f"{numbers} of the cache ({_size(sum(step.size for step in doomed))})"
+        else:
+            doomed = steps
+            what = f"the whole cache ({_plural(len(steps), 'step')}, {_size(sum(step.size for step in steps))})"
+        if args.dry_run:
+            print(f"Would delete {what} at {location} (dry run: nothing deleted)")
+            _print_steps(doomed)
+            return
+        _confirm(f"{what} at {location}", args.yes)
+        if args.from_step is not None:
+            reader.delete_from(args.from_step)
+            print(f"Deleted {what} at {location}; the next try replays steps 1..{args.from_step - 1}")
+        else:
+            reader.delete_all()
+            print(f"Deleted {what} at {location}; the next try runs every step live")
+
+
+def _print_steps(steps: list[Any]) -> None:
+    for step in steps:
+        print(f"  step {step.number}: {step.kind} {step.name or '-'} ({_size(step.size)})")
+
+
+# --- gc ------------------------------------------------------------------------------------------
+
+
+@_configured
+def cache_gc(args: Any) -> None:
+    """Delete every cache whose task instance will not read it again."""
+    with _user_errors():
+        cutoff = _cutoff(args.older_than)
+        base = _base()
+        caches = [cache for cache in _catalog(base) if _older_than(cache, cutoff)]
+        states = task_states.states_of(caches)
+        doomed = [cache for cache in caches if states[cache.segments] in task_states.DELETABLE_STATES]
+        kept = len(caches) - len(doomed)
+        freed = sum(cache.size for cache in doomed)
+        rows = [
+            {
+                "dag_id": cache.dag_id,
+                "run_id": cache.run_id,
+                "task_id": cache.task_id,
+                "map_index": cache.map_index,
+                "task_state": states[cache.segments],
+                "bytes": cache.size,
+                "location": cache.location,
+            }
+            for cache in doomed
+        ]
+        if not doomed:
+            _say(f"Nothing to delete: {_plural(kept, 'cache')} may still be read by their task instance", args.output)
+            return
+        if args.dry_run:
+            _print_rows(rows, args.output)
+            _say(
+                f"Would delete {_plural(len(doomed), 'cache')}, freeing {_size(freed)} (dry run: nothing deleted)",
+                args.output,
+            )
+            return
+        _confirm(f"{_plural(len(doomed), 'cache')} ({_size(freed)}) under {base.url}", args.yes)
+        for cache in doomed:
+            cache.store(base.fs, timeout=base.timeout).clear()
+        _print_rows(rows, args.output)
+        _say(
+            f"Deleted {_plural(len(doomed), 'cache')}, freed {_size(freed)}; kept {kept} that may still be read",
+            args.output,
+        )
+
+
+def _say(message: str, output: str) -> None:
+    """A closing line: on stdout after a table, on stderr after JSON or YAML (which must stay parseable)."""
+    print(message, file=sys.stdout if output in ("table", "plain") else sys.stderr)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -1,0 +1,108 @@
+"""The command line of ``airflow pydantic-ai``: its commands and their options, nothing else.
+
+Airflow 3.2 and later read the provider metadata's ``cli`` entry and call :func:`get_cli_commands`
+when they build ``airflow``'s parser, so this module stays cheap to import: the commands themselves
+(:mod:`airflow_pydantic_ai.cli.cache_command`) load only when one runs. Airflow 3.1 does not read the
+``cli`` entry; there the same commands run as the ``airflow-pydantic-ai`` console script
+(:mod:`airflow_pydantic_ai.cli.standalone`), built from the same definitions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow.cli.cli_config import ARG_OUTPUT, ARG_YES, ActionCommand, Arg, GroupCommand, lazy_load_command
+
+if TYPE_CHECKING:
+    from airflow.cli.cli_config import CLICommand
+
+__all__ = ["CACHE_COMMANDS", "get_cli_commands"]
+
+_COMMANDS = "airflow_pydantic_ai.cli.cache_command"
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"steps are numbered from 1, got {value}")
+    return value
+
+
+ARG_DAG_ID = Arg(("dag_id",), help="The dag id of the task instance")
+ARG_RUN_ID = Arg(("run_id",), help="The run id of the DAG run")
+ARG_TASK_ID = Arg(("task_id",), help="The task id")
+ARG_MAP_INDEX = Arg(
+    ("--map-index",), type=int, default=-1, help="The map index of a mapped task instance (default: -1, unmapped)"
+)
+ARG_FILTER_DAG_ID = Arg(("--dag-id",), help="Only the caches of this dag")
+ARG_FILTER_RUN_ID = Arg(("--run-id",), help="Only the caches of this DAG run")
+ARG_FILTER_TASK_ID = Arg(("--task-id",), help="Only the caches of this task")
+ARG_OLDER_THAN = Arg(
+    ("--older-than",),
+    metavar="AGE",
+    help="Only caches last written longer ago than AGE: a number and a unit, s, m, h, d or w (e.g. 7d, 12h)",
+)
+ARG_STEP = Arg(("--step",), type=_positive, metavar="N", help="Print step N decoded (numbered as in the listing)")
+ARG_FULL = Arg(("--full",), action="store_true", help="With --step: print the whole entry, however large")
+ARG_FROM_STEP = Arg(
+    ("--from-step",),
+    type=_positive,
+    metavar="N",
+    help="Delete step N and every later step only: the next try replays steps 1..N-1 and runs live from step N",
+)
+ARG_DRY_RUN = Arg(("--dry-run",), action="store_true", help="Print what would be deleted; delete nothing")
+ARG_FORCE = Arg(
+    ("--force",), action="store_true", help="Delete even while the task instance is running (a try is writing to it)"
+)
+
+CACHE_COMMANDS = (
+    ActionCommand(
+        name="list",
+        help="List the durable caches under durable_cache_path, one row per task instance",
+        func=lazy_load_command(f"{_COMMANDS}.cache_list"),
+        args=(ARG_FILTER_DAG_ID, ARG_FILTER_RUN_ID, ARG_FILTER_TASK_ID, ARG_OLDER_THAN, ARG_OUTPUT),
+    ),
+    ActionCommand(
+        name="show",
+        help="Show the steps of a task instance's durable cache in recorded order, or one step decoded",
+        func=lazy_load_command(f"{_COMMANDS}.cache_show"),
+        args=(ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_MAP_INDEX, ARG_STEP, ARG_FULL, ARG_OUTPUT),
+    ),
+    ActionCommand(
+        name="rm",
+        help="Delete a task instance's durable cache (its next try runs live), or only from step N on",
+        func=lazy_load_command(f"{_COMMANDS}.cache_rm"),
+        args=(ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_MAP_INDEX, ARG_FROM_STEP, ARG_DRY_RUN, ARG_YES, ARG_FORCE),
+    ),
+    ActionCommand(
+        name="gc",
+        help=(
+            "Delete every durable cache no task instance will read again (succeeded, failed for good, "
+            "removed, skipped, or its DAG run deleted)"
+        ),
+        func=lazy_load_command(f"{_COMMANDS}.cache_gc"),
+        args=(ARG_OLDER_THAN, ARG_DRY_RUN, ARG_YES, ARG_OUTPUT),
+    ),
+)
+
+
+def get_cli_commands() -> list[CLICommand]:
+    """The provider's commands, for Airflow's ``cli`` provider entry: ``airflow pydantic-ai cache ...``."""
+    return [
+        GroupCommand(
+            name="pydantic-ai",
+            help="Manage airflow-pydantic-ai (durable agent caches)",
+            subcommands=[
+                GroupCommand(
+                    name="cache",
+                    help="List, show, delete and clean up the durable caches of agent tasks",
+                    subcommands=CACHE_COMMANDS,
+                )
+            ],
+        )
+    ]

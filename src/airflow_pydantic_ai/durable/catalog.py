@@ -1,0 +1,163 @@
+"""Every task instance cache under a base location, from one recursive listing.
+
+What ``airflow pydantic-ai cache list`` and ``cache gc`` start from. A cache is a folder exactly four
+segments below the base (``{dag_id}/{run_id}/{task_id}/{map_index}/``, as
+:meth:`~airflow_pydantic_ai.durable.store.TaskIdentity.segments` names it) holding at least one
+entry (``model-*.json`` or ``tool-*.json``).
+
+Guarantees: one recursive listing of the base (on S3, one paginated ``ListObjectsV2`` without a
+delimiter: a thousand keys per request), sizes and times taken from it, never a GET per entry;
+nothing outside ``{base}/`` is ever reported (a neighbour ``{base}-old/`` sharing the base's string
+prefix is not under it), nor a file at another depth, nor a temporary or probe file; listing
+never changes anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from airflow_pydantic_ai.durable.store import StepStore, TaskIdentity, id_segment, is_shortened, modified_time
+
+__all__ = ["CacheSummary", "list_caches"]
+
+_DEPTH = 4
+"""Folders between the base and an entry: dag, run, task, map index."""
+
+
+@dataclass(frozen=True)
+class CacheSummary:
+    """One task instance's cache, as the listing shows it."""
+
+    segments: tuple[str, str, str, str]
+    """The path segments under the base (dag, run, task, map index)."""
+    identity: TaskIdentity | None
+    """The task instance; None when an id was too long and is stored shortened (find it by :meth:`matches`)."""
+    entries: int
+    model_steps: int
+    tool_steps: int
+    """Tool and output function calls (both are stored as ``tool-*`` entries)."""
+    size: int
+    """Bytes stored, all entries together."""
+    last_written: dt.datetime | None
+    root: str
+    """The prefix on the filesystem (what deleting the cache removes)."""
+    location: str
+    """The prefix's URL, for people."""
+
+    @property
+    def dag_id(self) -> str:
+        return self.identity.dag_id if self.identity else _readable(self.segments[0])
+
+    @property
+    def run_id(self) -> str:
+        return self.identity.run_id if self.identity else _readable(self.segments[1])
+
+    @property
+    def task_id(self) -> str:
+        return self.identity.task_id if self.identity else _readable(self.segments[2])
+
+    @property
+    def map_index(self) -> int:
+        return int(self.segments[3])
+
+    def matches(self, dag_id: str | None = None, run_id: str | None = None, task_id: str | None = None) -> bool:
+        """Whether the cache belongs to these ids (None matches any); works for shortened ids too."""
+        wanted = (dag_id, run_id, task_id)
+        return all(
+            value is None or id_segment(value) == segment for value, segment in zip(wanted, self.segments, strict=False)
+        )
+
+    def store(self, fs: Any, *, cipher: Any = None, timeout: float | None = None) -> StepStore:
+        """The :class:`StepStore` of this cache (to read or delete it)."""
+        owner = self.identity.owner() if self.identity else None
+        return StepStore(fs=fs, root=self.root, location=self.location, owner=owner, cipher=cipher, timeout=timeout)
+
+
+def _readable(segment: str) -> str:
+    """A shortened id as people can read it: its decoded start, then an ellipsis."""
+    if is_shortened(segment):
+        head = segment.split("%%", 1)[0]
+        return f"{unquote(head)}..."
+    return unquote(segment)
+
+
+@dataclass
+class _Tally:
+    entries: int = 0
+    model_steps: int = 0
+    tool_steps: int = 0
+    size: int = 0
+    last_written: dt.datetime | None = None
+
+
+def list_caches(fs: Any, base: str, base_url: str) -> list[CacheSummary]:
+    """Every cache under ``base`` (a path on ``fs``, known to people as ``base_url``), sorted by path."""
+    root = base.rstrip("/")
+    invalidate = getattr(fs, "invalidate_cache", None)
+    if invalidate is not None:
+        invalidate(root)  # object-store filesystems cache listings per process
+    try:
+        listing = fs.find(root, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    tallies: dict[tuple[str, ...], _Tally] = {}
+    for path, info in listing.items():
+        parts = _relative_parts(str(path), root)
+        if parts is None or len(parts) != _DEPTH + 1 or info.get("type") == "directory":
+            continue
+        *folders, name = parts
+        kind = _entry_kind(name)
+        if kind is None:
+            continue
+        tally = tallies.setdefault(tuple(folders), _Tally())
+        tally.entries += 1
+        tally.model_steps += kind == "model"
+        tally.tool_steps += kind == "tool"
+        tally.size += int(info.get("size") or 0)
+        modified = modified_time(info)
+        if modified is not None and (tally.last_written is None or modified > tally.last_written):
+            tally.last_written = modified
+    summaries = []
+    base_location = base_url.rstrip("/")
+    for key, tally in sorted(tallies.items()):
+        segments = (key[0], key[1], key[2], key[3])
+        try:
+            identity = TaskIdentity.from_segments(segments)
+        except ValueError:
+            continue  # a folder of the right depth that no task instance would write (foreign files)
+        suffix = "/".join(segments)
+        summaries.append(
+            CacheSummary(
+                segments=segments,
+                identity=identity,
+                entries=tally.entries,
+                model_steps=tally.model_steps,
+                tool_steps=tally.tool_steps,
+                size=tally.size,
+                last_written=tally.last_written,
+                root=f"{root}/{suffix}",
+                location=f"{base_location}/{suffix}/",
+            )
+        )
+    return summaries
+
+
+def _relative_parts(path: str, root: str) -> list[str] | None:
+    """The segments of ``path`` below ``root``; None when it is not under ``root/`` (a neighbour)."""
+    path = path.rstrip("/")
+    # fsspec filesystems return paths without a protocol; a local root may come with one.
+    for candidate_root in (root, root.split("://", 1)[-1]):
+        if path.startswith(candidate_root + "/"):
+            return path[len(candidate_root) + 1 :].split("/")
+    return None
+
+
+def _entry_kind(name: str) -> str | None:
+    """``model`` or ``tool`` for an entry's file name; None for temporary, probe or foreign files."""
+    if name.startswith(".") or not name.endswith(".json"):
+        return None
+    kind = name.split("-", 1)[0]
+    return kind if kind in ("model", "tool") and "-" in name else None

@@ -1,0 +1,116 @@
+"""The cache commands' pieces that need no metadata DB: encrypted caches, ages, the console script's parser.
+
+The commands themselves run as the real ``airflow`` CLI in tests/e2e/test_cache_cli.py; here ``show``
+is called in-process on a cache written with and without the Fernet key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from airflow_pydantic_ai.cli import cache_command
+from airflow_pydantic_ai.durable import StepStore, TaskIdentity
+from airflow_pydantic_ai.durable.store import StepEntry
+
+IDENTITY = TaskIdentity("secret_dag", "manual__1", "triage", -1)
+
+
+@pytest.fixture
+def fernet(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    from airflow.sdk.crypto import get_fernet
+    from cryptography.fernet import Fernet
+
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", Fernet.generate_key().decode())
+    get_fernet.cache_clear()
+    yield get_fernet()
+    get_fernet.cache_clear()
+
+
+def _args(**overrides: object) -> argparse.Namespace:
+    values: dict[str, object] = {
+        "dag_id": IDENTITY.dag_id,
+        "run_id": IDENTITY.run_id,
+        "task_id": IDENTITY.task_id,
+        "map_index": -1,
+        "step": None,
+        "full": False,
+        "output": "json",
+    }
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def test_show_decrypts_with_the_key_and_reports_encrypted_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fernet: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tmp_path / "cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    store = StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", IDENTITY, cipher=fernet)  # type: ignore[arg-type]
+    store.put(StepEntry("tool", "a" * 64, 1, 1, "fetch_ticket", {"outcome": "return", "value": "the ticket"}))
+
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_ENCRYPT", "True")
+    cache_command.cache_show(_args(step=1))
+    with_key = capsys.readouterr().out
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_ENCRYPT", "False")
+    cache_command.cache_show(_args(step=1))
+    without_key = capsys.readouterr().out
+
+    assert "Step 1: tool fetch_ticket" in with_key and "the ticket" in with_key
+    assert "Step 1: encrypted" in without_key and "durable_encrypt is off" in without_key
+    assert "the ticket" not in without_key
+
+
+def test_a_misconfigured_cache_path_is_one_line_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", "relative/folder")
+
+    with pytest.raises(SystemExit) as stopped:
+        cache_command.cache_show(_args())
+
+    assert str(stopped.value.code).startswith("error: durable_cache_path 'relative/folder' is neither a URL")
+    assert "\n" not in str(stopped.value.code)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("90s", dt.timedelta(seconds=90)), ("30m", dt.timedelta(minutes=30)), ("7d", dt.timedelta(days=7))],
+)
+def test_ages(text: str, expected: dt.timedelta) -> None:
+    assert cache_command.parse_age(text) == expected
+
+
+@pytest.mark.parametrize("text", ["7", "d", "7 days", "-1d", ""])
+def test_a_malformed_age_names_the_form(text: str) -> None:
+    with pytest.raises(cache_command._UserError, match="write a number and a unit"):
+        cache_command.parse_age(text)
+
+
+def test_the_console_script_has_the_same_commands_and_options_as_airflow() -> None:
+    from airflow.cli.cli_parser import get_parser
+
+    from airflow_pydantic_ai.cli.standalone import build_parser
+
+    def options(parser: argparse.ArgumentParser, path: list[str]) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found.update(options(sub, [*path, name]))
+        flags = {flag for action in parser._actions for flag in (action.option_strings or [action.dest])}
+        found[" ".join(path)] = flags - {"-h", "--help", "subcommand", "func"}
+        return found
+
+    airflow = options(get_parser(), [])
+    script = options(build_parser(), [])
+
+    cache_commands = {name: flags for name, flags in airflow.items() if name.startswith("pydantic-ai cache ")}
+    assert set(cache_commands) == {f"pydantic-ai cache {name}" for name in ("list", "show", "rm", "gc")}
+    for name, flags in cache_commands.items():
+        assert script[name.removeprefix("pydantic-ai ")] == flags, name
+    assert {"--yes", "--dry-run", "--force", "--from-step", "--map-index"} <= cache_commands["pydantic-ai cache rm"]
+    assert {"--output", "--older-than", "--dag-id"} <= cache_commands["pydantic-ai cache list"]
