@@ -81,6 +81,11 @@ def files_under(path: Path) -> list[Path]:
     return sorted(item for item in path.rglob("*") if item.is_file()) if path.exists() else []
 
 
+def entries_under(path: Path) -> list[Path]:
+    """The step entries (not the per-try ``.attempt-N`` records beside them)."""
+    return [item for item in files_under(path) if item.suffix == ".json"]
+
+
 def test_retry_replays_unchanged_steps_and_each_tool_runs_once(capfd, cache_base):
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
@@ -573,7 +578,7 @@ def test_execution_timeout_ends_a_durable_task_while_a_sync_tool_hangs(capfd, ca
         out,
     )
     assert summaries(out) == [(0, 0, 0, 2, 1, 1)]
-    assert {path.name.split("-")[0] for path in files_under(cache_base)} == {"model"}, "no tool result"
+    assert {path.name.split("-")[0] for path in entries_under(cache_base)} == {"model"}, "no tool result"
     print(f"FIGURE from the tool's start to the end of dag.test: {elapsed:.1f} s")
 
 
@@ -600,7 +605,7 @@ def test_a_sync_tool_that_finishes_within_the_grace_period_after_a_timeout_is_re
 
     assert dr.state == "failed"
     assert "did not finish within" not in out
-    assert {path.name.split("-")[0] for path in files_under(cache_base)} == {"model", "tool"}
+    assert {path.name.split("-")[0] for path in entries_under(cache_base)} == {"model", "tool"}
 
 
 # --- a cache left by an earlier DAG run with the same run_id (issue 8, item 2) ------------------------
