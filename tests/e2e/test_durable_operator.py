@@ -641,7 +641,7 @@ def test_a_dag_run_deleted_and_created_again_does_not_replay_the_old_runs_cache(
     first = run_dag(dag, logical_date=WHEN, run_after=WHEN)
     capfd.readouterr()
     assert first.state == "failed"
-    assert len(files_under(cache_base)) == 2, "try 1 left its model step and fetch_ticket"
+    assert len(entries_under(cache_base)) == 2, "try 1 left its model step and fetch_ticket"
 
     fail["now"] = False
     second = run_dag(dag, logical_date=WHEN, run_after=WHEN)  # deletes the run, creates it again

@@ -649,7 +649,9 @@ class DurableRun:
                 self.not_persisted,
                 self.what_next("will run again on a retry"),
             )
-        if not self._finished:  # a finished run deleted its cache: leave nothing behind
+        # A finished run deleted its cache, and a try that found and stored nothing has no cache to
+        # describe: either way, leave nothing behind.
+        if not self._finished and (self.entries or self._written):
             record = AttemptRecord(self.attempt, self.summary(), tuple(self._changes))
             record_attempt(self.store, record, warn=self.log.warning)
 
