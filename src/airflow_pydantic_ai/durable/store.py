@@ -431,16 +431,22 @@ class StepStore:
             return sync(self.fs.loop, getattr(self.fs, f"_{method}"), *args, timeout=self.timeout * requests, **kwargs)
         return getattr(self.fs, method)(*args, **kwargs)
 
-    def load(self) -> LoadedCache:
-        """List the prefix once and fetch every entry in one batched call."""
-        loaded = LoadedCache()
-        # Object-store filesystems cache listings per process; another worker may have written since.
+    def _fresh_listing(self, *, detail: bool) -> list[Any]:
+        """One listing of the prefix ([] when it does not exist). Object-store filesystems cache listings
+        per process, and another worker may have written since: the cached one is dropped first."""
         invalidate = getattr(self.fs, "invalidate_cache", None)
         if invalidate is not None:
             invalidate(self.root)
         try:
-            listing = self._request("ls", self.root, detail=False)
+            return list(self._request("ls", self.root, detail=detail))
         except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def load(self) -> LoadedCache:
+        """List the prefix once and fetch every entry in one batched call."""
+        loaded = LoadedCache()
+        listing = self._fresh_listing(detail=False)
+        if not listing:
             return loaded
         paths = [
             str(path)
@@ -469,12 +475,8 @@ class StepStore:
 
     def list_entries(self) -> dict[str, tuple[int, dt.datetime | None]]:
         """Entry name -> (bytes stored, last modified in UTC), from one listing of the prefix (no GET)."""
-        invalidate = getattr(self.fs, "invalidate_cache", None)
-        if invalidate is not None:
-            invalidate(self.root)
-        try:
-            listing = self._request("ls", self.root, detail=True)
-        except (FileNotFoundError, NotADirectoryError):
+        listing = self._fresh_listing(detail=True)
+        if not listing:
             return {}
         found: dict[str, tuple[int, dt.datetime | None]] = {}
         for info in listing:
@@ -547,12 +549,8 @@ class StepStore:
     def read_notes(self, prefix: str) -> dict[str, bytes]:
         """The notes whose names start with ``prefix`` (which starts with "."); an unreadable one is left out."""
         _check_note_name(prefix)
-        invalidate = getattr(self.fs, "invalidate_cache", None)
-        if invalidate is not None:
-            invalidate(self.root)
-        try:
-            listing = self._request("ls", self.root, detail=False)
-        except (FileNotFoundError, NotADirectoryError):
+        listing = self._fresh_listing(detail=False)
+        if not listing:
             return {}
         names = [str(path).rsplit("/", 1)[-1] for path in listing]
         wanted = [name for name in names if name.startswith(prefix)]
@@ -578,14 +576,7 @@ class StepStore:
         entry still listed, then ``RESULT_ENTRY``, then whatever is left (temporary files). A
         deletion cut short therefore leaves the result entry, or the oldest steps of the chain.
         """
-        invalidate = getattr(self.fs, "invalidate_cache", None)
-        if invalidate is not None:
-            invalidate(self.root)
-        try:
-            listing = self._request("ls", self.root, detail=False)
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        listed = {str(path).rsplit("/", 1)[-1] for path in listing}
+        listed = {str(path).rsplit("/", 1)[-1] for path in self._fresh_listing(detail=False)}
         ordered = [name for name in newest_first if name in listed and name != RESULT_ENTRY]
         known = set(ordered)
         ordered += sorted(
