@@ -303,7 +303,7 @@ class CacheBase:
     """The configured cache location, opened as a task opens it: its path, the cipher and the timeout.
 
     The task (:func:`start_durable_run`) and the ``airflow pydantic-ai cache`` commands build a task
-    instance's :class:`StepStore` through :meth:`store_for`, so both read the same prefix the same
+    instance's :class:`~airflow_pydantic_ai.durable.StepStore` through :meth:`store_for`, so both read the same prefix the same
     way, and a misconfiguration gives both the same error.
     """
 
@@ -318,7 +318,7 @@ class CacheBase:
 
     @property
     def root(self) -> str:
-        """The base as a path on :attr:`fs`."""
+        """The base as a path on ``fs``."""
         return str(self.path.path)
 
     @property

@@ -106,7 +106,7 @@ class TaskIdentity:
     def from_segments(cls, segments: Sequence[str]) -> TaskIdentity | None:
         """The inverse of :meth:`segments`: the task instance whose cache lives under these segments.
 
-        Returns None when an id was shortened (``{start}%%{sha256}``, see :func:`is_shortened`): only
+        Returns None when an id was shortened (``{start}%%{sha256}``, see ``is_shortened()``): only
         its digest is stored, so the id cannot be recovered from the path; find the task instance
         whose ``segments()`` equal these instead. Raises ``ValueError`` when the segments are not a
         cache's (wrong count, a map index that is not an integer, an id that does not encode back
