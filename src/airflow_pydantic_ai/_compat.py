@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["airflow_version_at_least", "redact", "storage_conn_id"]
+__all__ = ["airflow_version_at_least", "cli_command_prefix", "get_fernet", "redact", "storage_conn_id"]
 
 
 @functools.cache
@@ -26,6 +26,27 @@ def _airflow_release() -> tuple[int, int]:
 def airflow_version_at_least(major: int, minor: int) -> bool:
     """True when the installed Airflow is ``major.minor`` or newer (pre-releases count as their release)."""
     return _airflow_release() >= (major, minor)
+
+
+def cli_command_prefix() -> list[str]:
+    """The words that start this provider's commands: ``airflow pydantic-ai`` where Airflow reads providers'
+    ``cli`` entry (3.2 and later), else the console script ``airflow-pydantic-ai`` (Airflow 3.1)."""
+    if airflow_version_at_least(3, 2):
+        return ["airflow", "pydantic-ai"]
+    return ["airflow-pydantic-ai"]
+
+
+def get_fernet() -> Any:
+    """Airflow's Fernet object for ``[core] fernet_key`` (a ``NullFernet`` when the key is empty).
+
+    The task SDK has it as ``airflow.sdk.crypto.get_fernet`` from Airflow 3.2; 3.1 keeps it in core's
+    ``airflow.models.crypto``, and common.compat has no name for it.
+    """
+    if airflow_version_at_least(3, 2):
+        from airflow.sdk.crypto import get_fernet as airflow_get_fernet
+    else:
+        from airflow.models.crypto import get_fernet as airflow_get_fernet  # type: ignore[no-redef]
+    return airflow_get_fernet()
 
 
 def redact(value: Any) -> Any:

@@ -79,3 +79,27 @@ def skip_strict_provider_schema_before_3_2() -> None:
     without ``ai`` / ``llm`` (3.2 added them). The runtime schema, which 3.1 does enforce, accepts them."""
     if airflow_version() < Version("3.2"):
         pytest.skip("Airflow 3.1's strict provider.yaml schema predates the ai / llm integration tags")
+
+
+def clear_fernet_cache() -> None:
+    """Forget the Fernet object Airflow keeps per process, so the next use reads ``[core] fernet_key`` again.
+
+    From 3.2 ``airflow.sdk.crypto.get_fernet`` is an ``functools.cache``; 3.1's ``airflow.models.crypto`` keeps
+    it in the module global ``_fernet``.
+    """
+    if airflow_version() >= Version("3.2"):
+        from airflow.sdk.crypto import get_fernet
+
+        get_fernet.cache_clear()
+    else:
+        import airflow.models.crypto
+
+        airflow.models.crypto._fernet = None  # type: ignore[attr-defined]
+
+
+def airflow_reads_provider_cli() -> bool:
+    """Whether ``airflow`` itself has the providers' commands (their ``cli`` entry): Airflow 3.2 and later.
+
+    On 3.1 the console script ``airflow-pydantic-ai`` is the way to the same commands.
+    """
+    return airflow_version() >= Version("3.2")
