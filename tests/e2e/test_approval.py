@@ -13,6 +13,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.compat import dagbag_api
 from tests.helpers.hitl_api import HitlApi, Responder, choose, refs_in, rendered_request, sweep_timeouts_after
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -283,7 +284,7 @@ def test_approval_without_durable_fails_at_the_start(capfd: pytest.CaptureFixtur
 
 
 def test_example_dag_asks_before_sending_the_email(api: HitlApi, capfd: pytest.CaptureFixture[str]) -> None:
-    from airflow.dag_processing.dagbag import DagBag
+    DagBag, _ = dagbag_api()
 
     example = Path(__file__).parents[2] / "example_dags" / "example_agent_approval.py"
     dag = DagBag(dag_folder=str(example)).dags["example_agent_approval"]
