@@ -12,7 +12,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["airflow_version_at_least", "cli_command_prefix", "get_fernet", "redact", "storage_conn_id"]
+__all__ = [
+    "airflow_version_at_least",
+    "cli_command_prefix",
+    "get_fernet",
+    "redact",
+    "run_id_from_view_link",
+    "storage_conn_id",
+]
 
 
 @functools.cache
@@ -57,6 +64,18 @@ def redact(value: Any) -> Any:
     from airflow.providers.common.compat.sdk import redact as airflow_redact
 
     return airflow_redact(value)
+
+
+def run_id_from_view_link(run_id: str) -> str:
+    """The run id as the task instance has it, from the ``run_id`` of the UI's link to an external view.
+
+    Airflow 3.2 percent-encodes the ids it puts into the link; 3.1 puts them in raw, so the ``+`` of a run
+    id (``manual__2026-11-23T10:00:00+00:00``) arrives as a space. A run id holds no space (``[scheduler]
+    allowed_run_id_pattern`` and Airflow's own ids), so on 3.1 every space is turned back into ``+``.
+    """
+    if airflow_version_at_least(3, 2):
+        return run_id
+    return run_id.replace(" ", "+")
 
 
 def storage_conn_id(path: Any) -> str | None:
