@@ -12,7 +12,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["airflow_version_at_least", "redact", "storage_conn_id"]
+__all__ = [
+    "airflow_version_at_least",
+    "cli_command_prefix",
+    "get_fernet",
+    "redact",
+    "run_id_from_view_link",
+    "storage_conn_id",
+]
 
 
 @functools.cache
@@ -28,6 +35,27 @@ def airflow_version_at_least(major: int, minor: int) -> bool:
     return _airflow_release() >= (major, minor)
 
 
+def cli_command_prefix() -> list[str]:
+    """The words that start this provider's commands: ``airflow pydantic-ai`` where Airflow reads providers'
+    ``cli`` entry (3.2 and later), else the console script ``airflow-pydantic-ai`` (Airflow 3.1)."""
+    if airflow_version_at_least(3, 2):
+        return ["airflow", "pydantic-ai"]
+    return ["airflow-pydantic-ai"]
+
+
+def get_fernet() -> Any:
+    """Airflow's Fernet object for ``[core] fernet_key`` (a ``NullFernet`` when the key is empty).
+
+    The task SDK has it as ``airflow.sdk.crypto.get_fernet`` from Airflow 3.2; 3.1 keeps it in core's
+    ``airflow.models.crypto``, and common.compat has no name for it.
+    """
+    if airflow_version_at_least(3, 2):
+        from airflow.sdk.crypto import get_fernet as airflow_get_fernet
+    else:
+        from airflow.models.crypto import get_fernet as airflow_get_fernet  # type: ignore[no-redef]
+    return airflow_get_fernet()
+
+
 def redact(value: Any) -> Any:
     """``value`` with every secret registered with Airflow's secrets masker replaced by ``***``.
 
@@ -36,6 +64,18 @@ def redact(value: Any) -> Any:
     from airflow.providers.common.compat.sdk import redact as airflow_redact
 
     return airflow_redact(value)
+
+
+def run_id_from_view_link(run_id: str) -> str:
+    """The run id as the task instance has it, from the ``run_id`` of the UI's link to an external view.
+
+    Airflow 3.2 percent-encodes the ids it puts into the link; 3.1 puts them in raw, so the ``+`` of a run
+    id (``manual__2026-11-23T10:00:00+00:00``) arrives as a space. A run id holds no space (``[scheduler]
+    allowed_run_id_pattern`` and Airflow's own ids), so on 3.1 every space is turned back into ``+``.
+    """
+    if airflow_version_at_least(3, 2):
+        return run_id
+    return run_id.replace(" ", "+")
 
 
 def storage_conn_id(path: Any) -> str | None:

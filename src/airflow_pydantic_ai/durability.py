@@ -212,10 +212,8 @@ def _cipher() -> Any:
         raise DurableConfigError(f"[{CONFIG_SECTION}] durable_encrypt must be True or False: {error}") from error
     if not enabled:
         return None
-    from airflow.sdk.crypto import get_fernet
-
     try:
-        fernet = get_fernet()
+        fernet = _compat.get_fernet()
     except Exception as error:
         raise DurableConfigError(
             f"[{CONFIG_SECTION}] durable_encrypt is on but the Fernet key cannot be used: {error}. "
@@ -339,7 +337,7 @@ def open_cache_base(cache_path: str | None = None) -> CacheBase:
 
 def cache_rm_command(identity: TaskIdentity) -> str:
     """The command that deletes ``identity``'s cache, ready to paste into a shell."""
-    words = ["airflow", "pydantic-ai", "cache", "rm", identity.dag_id, identity.run_id, identity.task_id]
+    words = [*_compat.cli_command_prefix(), "cache", "rm", identity.dag_id, identity.run_id, identity.task_id]
     if identity.map_index != -1:
         words += ["--map-index", str(identity.map_index)]
     return shlex.join(words)

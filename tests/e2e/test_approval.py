@@ -13,9 +13,11 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.compat import dagbag_api, requires_approval_parking
 from tests.helpers.hitl_api import HitlApi, Responder, choose, refs_in, rendered_request, sweep_timeouts_after
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
+PARKS = requires_approval_parking()
 
 SUMMARY = re.compile(
     r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
@@ -121,6 +123,7 @@ def summaries(text: str) -> list[tuple[int, ...]]:
     return [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(text)]
 
 
+@PARKS
 def test_approved_call_runs_once_and_the_run_completes(api: HitlApi, capfd: pytest.CaptureFixture[str]) -> None:
     dag = make_dag("approval_approve")
     with Responder(api, "approval_approve", "mail", [choose("Approve all", user="alice")]) as responder:
@@ -142,6 +145,7 @@ def test_approved_call_runs_once_and_the_run_completes(api: HitlApi, capfd: pyte
     assert task_states(dr)[("mail", -1)] == ("success", 1)
 
 
+@PARKS
 def test_rejected_call_never_runs_and_the_model_reads_the_reason(
     api: HitlApi, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -159,6 +163,7 @@ def test_rejected_call_never_runs_and_the_model_reads_the_reason(
     assert "rejected by alice" in capfd.readouterr().out
 
 
+@PARKS
 def test_two_rounds_of_approval_in_one_run(api: HitlApi, capfd: pytest.CaptureFixture[str]) -> None:
     def second_round(api: HitlApi, run_id: str, detail: dict[str, Any]) -> None:
         # Airflow keeps the first request's text for the whole try; the current round is in the rendered field.
@@ -178,6 +183,7 @@ def test_two_rounds_of_approval_in_one_run(api: HitlApi, capfd: pytest.CaptureFi
     assert summaries(out) == [(0, 0, 0, 1, 1, 0), (1, 1, 0, 2, 1, 1), (3, 2, 1, 2, 1, 1)]
 
 
+@PARKS
 @pytest.mark.parametrize("on_timeout", ["reject", "fail"])
 def test_approval_timeout(api: HitlApi, on_timeout: str, capfd: pytest.CaptureFixture[str]) -> None:
     dag = make_dag(
@@ -202,6 +208,7 @@ def test_approval_timeout(api: HitlApi, on_timeout: str, capfd: pytest.CaptureFi
         assert "on_approval_timeout='fail' fails the task" in out
 
 
+@PARKS
 def test_retry_after_approval_replays_the_approved_call_without_asking(
     api: HitlApi, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -219,6 +226,7 @@ def test_retry_after_approval_replays_the_approved_call_without_asking(
     assert summaries(out)[-1] == (2, 1, 1, 1, 1, 0)
 
 
+@PARKS
 def test_bad_answers_are_refused_or_ignored_and_nothing_runs_twice(
     api: HitlApi, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -282,8 +290,9 @@ def test_approval_without_durable_fails_at_the_start(capfd: pytest.CaptureFixtur
     assert "need approval (requires_approval=True)" in out and "Set durable=True" in out
 
 
+@PARKS
 def test_example_dag_asks_before_sending_the_email(api: HitlApi, capfd: pytest.CaptureFixture[str]) -> None:
-    from airflow.dag_processing.dagbag import DagBag
+    DagBag, _ = dagbag_api()
 
     example = Path(__file__).parents[2] / "example_dags" / "example_agent_approval.py"
     dag = DagBag(dag_folder=str(example)).dags["example_agent_approval"]

@@ -61,14 +61,14 @@ def test_rm_from_step_then_a_real_retry_replays_the_steps_before_it(cluster: Air
     # Try 1 recorded the model's answer (calling the three tools) and the two tools that succeeded.
     try1_log = cluster.task_log(DAG_ID, run_id, TASK_ID, 1)
     try1 = log_events(try1_log) if try1_log.exists() else [f"no log at {try1_log}"]
-    shown = cluster.cli("pydantic-ai", "cache", "show", *ids, "-o", "json")
+    shown = cluster.provider_cli("cache", "show", *ids, "-o", "json")
     assert shown.returncode == 0, f"{shown.stderr}\ntry 1: {try1}\n{cluster.tails()}"
     steps = [(row["step"], row["kind"], row["name"]) for row in _json(shown.stdout)]
     assert [kind for _, kind, _ in steps] == ["model", "tool", "tool"], steps
     kept_tool, forked_tool = steps[1][2], steps[2][2]
     assert {kept_tool, forked_tool} == {"fetch_ticket", "lookup_owner"}
 
-    forked = cluster.cli("pydantic-ai", "cache", "rm", *ids, "--from-step", "3", "--yes")
+    forked = cluster.provider_cli("cache", "rm", *ids, "--from-step", "3", "--yes")
     assert forked.returncode == 0, forked.stderr
     assert "the next try replays steps 1..2" in forked.stdout
 

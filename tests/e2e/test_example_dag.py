@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.compat import dagbag_api
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -18,7 +19,7 @@ SUMMARY = re.compile(
 
 def test_example_dag_tells_its_story_in_order(capfd, caplog, tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}/cache")
-    from airflow.dag_processing.dagbag import DagBag
+    DagBag, _ = dagbag_api()
 
     bag = DagBag(dag_folder=str(ROOT / "example_dags" / "example_durable_agent.py"))
     assert not bag.import_errors

@@ -11,6 +11,7 @@ import pytest
 from cryptography.fernet import Fernet
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag
+from tests.helpers.compat import clear_fernet_cache
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -82,11 +83,9 @@ def _agent_dag(dag_id: str, tools: list[Any], on_retry: Any):
 @pytest.fixture(autouse=True)
 def fresh_fernet():
     """Airflow caches the Fernet object per process; each test sets its own key."""
-    from airflow.sdk.crypto import get_fernet
-
-    get_fernet.cache_clear()
+    clear_fernet_cache()
     yield
-    get_fernet.cache_clear()
+    clear_fernet_cache()
 
 
 def _snapshot(base: Path, into: dict[str, bytes]):

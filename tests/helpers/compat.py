@@ -79,3 +79,43 @@ def skip_strict_provider_schema_before_3_2() -> None:
     without ``ai`` / ``llm`` (3.2 added them). The runtime schema, which 3.1 does enforce, accepts them."""
     if airflow_version() < Version("3.2"):
         pytest.skip("Airflow 3.1's strict provider.yaml schema predates the ai / llm integration tags")
+
+
+def clear_fernet_cache() -> None:
+    """Forget the Fernet object Airflow keeps per process, so the next use reads ``[core] fernet_key`` again.
+
+    From 3.2 ``airflow.sdk.crypto.get_fernet`` is an ``functools.cache``; 3.1's ``airflow.models.crypto`` keeps
+    it in the module global ``_fernet``.
+    """
+    if airflow_version() >= Version("3.2"):
+        from airflow.sdk.crypto import get_fernet
+
+        get_fernet.cache_clear()
+    else:
+        import airflow.models.crypto
+
+        airflow.models.crypto._fernet = None  # type: ignore[attr-defined]
+
+
+def airflow_reads_provider_cli() -> bool:
+    """Whether ``airflow`` itself has the providers' commands (their ``cli`` entry): Airflow 3.2 and later.
+
+    On 3.1 the console script ``airflow-pydantic-ai`` is the way to the same commands.
+    """
+    return airflow_version() >= Version("3.2")
+
+
+def requires_approval_parking() -> pytest.MarkDecorator:
+    """Skip an approval test that answers under ``dag.test()`` where the task defers instead of parking.
+
+    Before Airflow 3.3 a task waiting for approval defers to the standard provider's ``HITLTrigger``;
+    ``dag.test()`` runs that trigger in-process, and the in-process supervisor does not serve the trigger's
+    request for the answer ("Unhandled request GetHITLDetailResponse"), so no answer ever reaches it. There
+    a real triggerer is needed (``airflow triggerer``); from 3.3 the task parks in ``awaiting_input``.
+    """
+    installed = airflow_version()
+    return pytest.mark.skipif(
+        installed < Version("3.3"),
+        reason=f"Airflow {installed} defers approvals to HITLTrigger, which dag.test() runs in-process without "
+        "serving its GetHITLDetail request (a triggerer is needed); parking in awaiting_input needs 3.3",
+    )

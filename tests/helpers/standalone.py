@@ -332,10 +332,10 @@ class AirflowCluster:
             {"dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "reset_dag_runs": True},
         )
 
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """Run ``airflow *args`` against this cluster's home and metadata DB."""
+    def cli(self, *args: str, timeout: float = 300, program: str = "airflow") -> subprocess.CompletedProcess[str]:
+        """Run ``airflow *args`` (or ``program *args``) against this cluster's home and metadata DB."""
         return subprocess.run(
-            ["airflow", *args],
+            [program, *args],
             env=self.env,
             cwd=self.home,
             stdin=subprocess.DEVNULL,
@@ -344,6 +344,15 @@ class AirflowCluster:
             timeout=timeout,
             check=False,
         )
+
+    def provider_cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run this provider's command ``args``: ``airflow pydantic-ai *args`` where Airflow reads providers'
+        ``cli`` entry (3.2+), else the console script ``airflow-pydantic-ai *args`` (Airflow 3.1)."""
+        from tests.helpers.compat import airflow_reads_provider_cli
+
+        if airflow_reads_provider_cli():
+            return self.cli("pydantic-ai", *args, timeout=timeout)
+        return self.cli(*args, timeout=timeout, program="airflow-pydantic-ai")
 
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
         return self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")

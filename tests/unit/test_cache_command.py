@@ -13,7 +13,9 @@ from pathlib import Path
 
 import fsspec
 import pytest
+from tests.helpers.compat import airflow_reads_provider_cli, clear_fernet_cache
 
+from airflow_pydantic_ai._compat import get_fernet
 from airflow_pydantic_ai.cli import cache_command
 from airflow_pydantic_ai.durable import StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.store import StepEntry
@@ -23,13 +25,12 @@ IDENTITY = TaskIdentity("secret_dag", "manual__1", "triage", -1)
 
 @pytest.fixture
 def fernet(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    from airflow.sdk.crypto import get_fernet
     from cryptography.fernet import Fernet
 
     monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", Fernet.generate_key().decode())
-    get_fernet.cache_clear()
+    clear_fernet_cache()
     yield get_fernet()
-    get_fernet.cache_clear()
+    clear_fernet_cache()
 
 
 def _args(**overrides: object) -> argparse.Namespace:
@@ -90,6 +91,10 @@ def test_a_malformed_age_names_the_form(text: str) -> None:
         cache_command.parse_age(text)
 
 
+@pytest.mark.skipif(
+    not airflow_reads_provider_cli(),
+    reason="Airflow 3.1 does not read providers' cli entry: there is no `airflow pydantic-ai` to compare with",
+)
 def test_the_console_script_has_the_same_commands_and_options_as_airflow() -> None:
     from airflow.cli.cli_parser import get_parser
 

@@ -203,3 +203,23 @@ def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_pat
     assert len(text) < 4096 + 100 and text.endswith("more characters not shown)")
     with pytest.raises(KeyError):
         render_step(CacheReader(store), 2)
+
+
+def test_a_run_id_from_the_uis_link_keeps_its_plus_sign() -> None:
+    """Airflow 3.1 puts the run id into the external view's link unencoded: its ``+`` arrives as a space."""
+    from urllib.parse import parse_qs
+
+    from packaging.version import Version
+    from tests.helpers.compat import airflow_version
+
+    from airflow_pydantic_ai._compat import run_id_from_view_link
+
+    run_id = "manual__2026-11-23T10:00:00+00:00"
+    raw = (
+        "manual__2026-11-23T10:00:00+00:00"
+        if airflow_version() < Version("3.2")
+        else "manual__2026-11-23T10%3A00%3A00%2B00%3A00"
+    )
+    [received] = parse_qs(f"run_id={raw}")["run_id"]
+
+    assert run_id_from_view_link(received) == run_id

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from fastapi import Depends, FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable import CacheReader, StepDetail, StepInfo
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import (
@@ -229,7 +230,13 @@ def create_app() -> FastAPI:
         return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=_SECURITY_HEADERS)
 
     def task_ref(dag_id: str, run_id: str, task_id: str, map_index: str) -> TaskRef:
-        return TaskRef(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=_map_index(map_index), root=_root())
+        return TaskRef(
+            dag_id=dag_id,
+            run_id=_compat.run_id_from_view_link(run_id),
+            task_id=task_id,
+            map_index=_map_index(map_index),
+            root=_root(),
+        )
 
     @app.get("/static/{name}")
     def static(name: str) -> Response:
