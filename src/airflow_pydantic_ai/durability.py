@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.codec import iter_text
+from airflow_pydantic_ai.durable.errors import DurableConfigError
 from airflow_pydantic_ai.durable.run import describe_error
 from airflow_pydantic_ai.durable.store import StepEntry, make_private_folders
 
@@ -42,10 +43,6 @@ _STORAGE_ERROR_MODES = ("warn", "fail")
 _BUCKET_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
 _READ_ONLY_SCHEMES = frozenset({"http", "https", "zip", "tar", "github", "git", "libarchive", "reference", "data"})
 _HINT = "use file:///absolute/folder, s3://conn_id@bucket/prefix, gs://conn_id@bucket/prefix or abfs://..."
-
-
-class DurableConfigError(ValueError):
-    """The durable cache is misconfigured; the message names the option and the fix."""
 
 
 def default_cache_path() -> str:

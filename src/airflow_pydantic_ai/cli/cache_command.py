@@ -52,7 +52,7 @@ class _UserError(Exception):
 @contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn configuration, storage and input errors into one line on stderr and exit code 1."""
-    from airflow_pydantic_ai.durability import DurableConfigError
+    from airflow_pydantic_ai.durable.errors import DurableConfigError
     from airflow_pydantic_ai.durable.run import describe_error
 
     try:

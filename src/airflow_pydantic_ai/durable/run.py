@@ -35,6 +35,7 @@ from airflow_pydantic_ai.durable.codec import (
     encode_response,
     encode_value,
 )
+from airflow_pydantic_ai.durable.errors import DurableStorageError
 from airflow_pydantic_ai.durable.fingerprint import (
     FingerprintError,
     MessageDigests,
@@ -70,10 +71,6 @@ SUMMARY_TEMPLATE = (
 StorageErrors = Literal["warn", "fail"]
 _RAISED_OUTCOMES: dict[str, type[Exception]] = {"ModelRetry": ModelRetry, "ToolFailed": ToolFailed}
 _RETRY_PART: TypeAdapter[RetryFeedbackPart | ToolReturnPart] = TypeAdapter(RetryFeedbackPart | ToolReturnPart)
-
-
-class DurableStorageError(RuntimeError):
-    """Writing a step to the cache failed and ``durable_storage_errors`` is ``fail``."""
 
 
 class TaskLogger(Protocol):

@@ -140,7 +140,7 @@ def _task_row(task: TaskRef) -> tuple[str | None, int, str]:
 
 def _open(task: TaskRef) -> Any:
     from airflow_pydantic_ai.cache_access import OutsideCacheBase, open_cache
-    from airflow_pydantic_ai.durability import DurableConfigError
+    from airflow_pydantic_ai.durable.errors import DurableConfigError
 
     try:
         return open_cache(task.dag_id, task.run_id, task.task_id, task.map_index)
