@@ -52,7 +52,7 @@ def open_cache(
 ) -> CacheAccess:
     """The cache of task instance (``dag_id``, ``run_id``, ``task_id``, ``map_index``).
 
-    Raises :class:`~airflow_pydantic_ai.durability.DurableConfigError` when the configuration is
+    Raises :class:`~airflow_pydantic_ai.durable.DurableConfigError` when the configuration is
     wrong (the message names the option), :class:`OutsideCacheBase` if the prefix escapes the base.
     """
     from airflow_pydantic_ai.durability import open_cache_base

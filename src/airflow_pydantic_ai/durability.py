@@ -27,7 +27,6 @@ from airflow_pydantic_ai.durable.store import StepEntry, make_private_folders
 __all__ = [
     "CONFIG_SECTION",
     "CacheBase",
-    "DurableConfigError",
     "ThisTry",
     "cache_belongs_to_this_dag_run",
     "cache_rm_command",
@@ -59,7 +58,10 @@ def _configured(option: str, fallback: str) -> str:
 
 
 def resolve_cache_path(override: str | None = None) -> Any:
-    """The ``ObjectStoragePath`` of the cache base, checked; raises :class:`DurableConfigError`."""
+    """The ``ObjectStoragePath`` of the cache base, checked.
+
+    Raises :class:`~airflow_pydantic_ai.durable.DurableConfigError` naming the option and the fix.
+    """
     import fsspec
     from airflow.sdk import ObjectStoragePath
 
