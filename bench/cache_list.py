@@ -30,7 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from airflow_pydantic_ai.durable.store import StepEntry, TaskIdentity
+from airflow_pydantic_ai.durable import TaskIdentity
+from airflow_pydantic_ai.durable.entry import StepEntry
 from bench.storage import BUCKET, S3Backend
 
 PREFIX = "cache"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import gc
 import json
@@ -165,50 +164,47 @@ def main(argv: list[str] | None = None) -> int:
     info_runs: list[dict[str, Any]] = []
     profile_text = ""
     try:
-        with probe.installed():
-            # Warm up: imports, pydantic schemas, the S3 connection pool.
-            warmup = {backend.name: 1 for backend in backends}
-            run_cell(
+        # Warm up: imports, pydantic schemas, the S3 connection pool.
+        warmup = {backend.name: 1 for backend in backends}
+        run_cell(
+            backends,
+            Workload(5, 1024),
+            warmup,
+            floor_reps=warmup,
+            probe=probe,
+            tag="warmup",
+            progress=lambda _: None,
+        )
+        # Everything alive now (Airflow, pydantic-ai, moto) stays alive: keep it out of the collections
+        # that run before each timed run, or each would walk the whole heap (~0.2 s here).
+        gc.collect()
+        gc.freeze()
+        for index, workload in enumerate(workloads):
+            reps = plan_reps(args, workload)
+            progress(f"[{index + 1}/{len(workloads)}] {workload}, repetitions {reps}")
+            cells += run_cell(
                 backends,
-                Workload(5, 1024),
-                warmup,
-                floor_reps=warmup,
+                workload,
+                reps,
+                floor_reps=plan_floor_reps(reps),
                 probe=probe,
-                tag="warmup",
-                progress=lambda _: None,
+                tag=f"n{workload.steps}-s{workload.size}-p{workload.parallel}",
+                progress=progress,
             )
-            # Everything alive now (Airflow, pydantic-ai, moto) stays alive: keep it out of the collections
-            # that run before each timed run, or each would walk the whole heap (~0.2 s here).
-            gc.collect()
-            gc.freeze()
-            for index, workload in enumerate(workloads):
-                reps = plan_reps(args, workload)
-                progress(f"[{index + 1}/{len(workloads)}] {workload}, repetitions {reps}")
-                cells += run_cell(
-                    backends,
-                    workload,
-                    reps,
-                    floor_reps=plan_floor_reps(reps),
-                    probe=probe,
-                    tag=f"n{workload.steps}-s{workload.size}-p{workload.parallel}",
-                    progress=progress,
-                )
-            target_workload = Workload(max(args.steps), max(args.sizes))
-            local = next((backend for backend in backends if backend.name == "file"), None)
-            if not args.no_info_run and local is not None:
-                progress(f"INFO logging run: {target_workload}")
-                with tempfile.TemporaryDirectory() as directory:
-                    info_runs.append(
-                        asyncio.run(
-                            run_with_logging(
-                                local,
-                                target_workload,
-                                TaskIdentity("bench_durable", "manual__info", "agent", -1),
-                                os.path.join(directory, "task.log"),
-                                probe,
-                            )
-                        )
+        target_workload = Workload(max(args.steps), max(args.sizes))
+        local = next((backend for backend in backends if backend.name == "file"), None)
+        if not args.no_info_run and local is not None:
+            progress(f"INFO logging run: {target_workload}")
+            with tempfile.TemporaryDirectory() as directory:
+                info_runs.append(
+                    run_with_logging(
+                        local,
+                        target_workload,
+                        TaskIdentity("bench_durable", "manual__info", "agent", -1),
+                        os.path.join(directory, "task.log"),
+                        probe,
                     )
+                )
         if args.profile and local is not None:
             from bench.profiling import profile_cell
 

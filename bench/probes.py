@@ -1,24 +1,25 @@
 """CPU time spent fingerprinting, step by step.
 
-The durable run computes two kinds of fingerprint: ``fingerprint_request`` for a model request (it
-also extends the conversation digest with the new messages) and, for a tool call,
-``MessageDigests.conversation`` (the conversation digest the call is keyed on) followed by
-``fingerprint_tool_call``. The probe wraps those three where ``airflow_pydantic_ai.durable.run``
-looks them up, and charges their CPU time (``time.thread_time``: this thread only, so the S3
-server's thread does not count) to the model step they belong to. The steps are numbered by model
+The durable run computes two kinds of fingerprint: a model request's (it also extends the
+conversation digest with the new messages) and, for a tool call, the conversation digest the call
+is keyed on followed by the call's own. The key chain makes them through its ``Fingerprinter``
+seam; the probe hands the run a timed one (``DurableRun.open(..., fingerprinter=probe.fingerprinter())``)
+and charges their CPU time (``time.thread_time``: this thread only, so the S3 server's thread does
+not count) to the model step they belong to. The steps are numbered by model
 requests: step k is the k-th request plus the tool calls it asked for.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import airflow_pydantic_ai.durable.run as durable_run
-from airflow_pydantic_ai.durable.fingerprint import MessageDigests
+from pydantic_ai.messages import ModelMessage
+
+from airflow_pydantic_ai.durable.fingerprint import RequestFingerprint
+from airflow_pydantic_ai.durable.keys import Fingerprinter
 
 __all__ = ["FingerprintProbe"]
 
@@ -55,22 +56,9 @@ class FingerprintProbe:
 
         return timed
 
-    @contextmanager
-    def installed(self) -> Iterator[FingerprintProbe]:
-        originals = (
-            durable_run.fingerprint_request,
-            durable_run.fingerprint_tool_call,
-            MessageDigests.conversation,
-        )
-        durable_run.fingerprint_request = self._timed(originals[0], starts_step=True)  # type: ignore[assignment]
-        durable_run.fingerprint_tool_call = self._timed(originals[1], starts_step=False)  # type: ignore[assignment]
-        MessageDigests.conversation = self._timed(originals[2], starts_step=False)  # type: ignore[method-assign]
-        try:
-            yield self
-        finally:
-            durable_run.fingerprint_request = originals[0]  # type: ignore[assignment]
-            durable_run.fingerprint_tool_call = originals[1]  # type: ignore[assignment]
-            MessageDigests.conversation = originals[2]  # type: ignore[method-assign]
+    def fingerprinter(self) -> Fingerprinter:
+        """A fingerprinter for one durable run whose calls are timed into this probe."""
+        return _TimedFingerprinter(probe=self)
 
     def window(self, first: bool, share: float = 0.1) -> float:
         """Mean CPU seconds per step over the first (or last) ``share`` of the tool steps."""
@@ -78,3 +66,20 @@ class FingerprintProbe:
         count = max(1, round(len(tool_steps) * share))
         chosen = tool_steps[:count] if first else tool_steps[-count:]
         return sum(chosen) / len(chosen)
+
+
+@dataclass
+class _TimedFingerprinter(Fingerprinter):
+    probe: FingerprintProbe = field(default_factory=FingerprintProbe)
+
+    def request(self, **request: Any) -> RequestFingerprint:
+        timed: Callable[..., RequestFingerprint] = self.probe._timed(super().request, starts_step=True)
+        return timed(**request)
+
+    def conversation(self, messages: Sequence[ModelMessage]) -> str:
+        timed: Callable[..., str] = self.probe._timed(super().conversation, starts_step=False)
+        return timed(messages)
+
+    def tool_call(self, **call: Any) -> str:
+        timed: Callable[..., str] = self.probe._timed(super().tool_call, starts_step=False)
+        return timed(**call)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import cProfile
 import io
 import pstats
 from typing import Any
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, TaskIdentity
+from airflow_pydantic_ai.durable import DurableRun, TaskIdentity, run_agent
 from bench.runner import quiet_logger
 from bench.storage import Backend
 from bench.workload import NO_LIMITS, PROMPT, Workload
@@ -54,15 +53,11 @@ def profile_cell(backend: Backend, workload: Workload, limit: int = 25) -> str:
         agent = workload.build_agent()
         profile = cProfile.Profile()
 
-        async def go(agent: Any = agent, attempt: int = attempt) -> None:
-            capabilities = None
-            if attempt:
-                run = DurableRun.open(store, attempt=attempt, log=log)
-                capabilities = [DurableCapability(run)]
-            await agent.run(PROMPT, capabilities=capabilities, usage_limits=NO_LIMITS)
-
         profile.enable()
-        asyncio.run(go())
+        if attempt:
+            run_agent(DurableRun.open(store, attempt=attempt, log=log), agent, PROMPT, usage_limits=NO_LIMITS)
+        else:
+            agent.run_sync(PROMPT, usage_limits=NO_LIMITS)
         profile.disable()
         durable, total = _durable_share(profile)
         if not attempt:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import re
@@ -12,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
-from airflow_pydantic_ai.durable.codec import iter_text
-from airflow_pydantic_ai.durable.store import LoadedCache
+from pydantic_ai.agent import AgentRunResult
+
+from airflow_pydantic_ai.durable import DurableRun, TaskIdentity, run_agent, secret_check
 from bench.probes import FingerprintProbe
 from bench.storage import Backend, FloorResult
 from bench.workload import NO_LIMITS, PROMPT, Workload, tool_results_digest
@@ -130,23 +129,11 @@ class CellResult:
         }
 
 
-async def _timed_run(agent: Any, capabilities: Sequence[Any] | None = None) -> tuple[float, Any]:
+def _timed_run(agent: Any) -> tuple[float, Any]:
     gc.collect()
     started = time.perf_counter()
-    result = await agent.run(PROMPT, capabilities=capabilities, usage_limits=NO_LIMITS)
+    result = agent.run_sync(PROMPT, usage_limits=NO_LIMITS)
     return time.perf_counter() - started, result
-
-
-def _watch_load(store: StepStore, seen: list[LoadedCache]) -> None:
-    """Keep what ``store.load()`` returned (its ``bytes_read``) without changing what it does."""
-    load = store.load
-
-    def watched() -> LoadedCache:
-        loaded = load()
-        seen.append(loaded)
-        return loaded
-
-    store.load = watched  # type: ignore[method-assign]
 
 
 # What a task does before storing each step: search every string of the entry for the values registered
@@ -156,17 +143,16 @@ _REGISTERED_SECRETS = re.compile(
 )
 
 
-def contains_registered_secret(payload: Any) -> bool:
-    return any(_REGISTERED_SECRETS.search(text) for text in iter_text(payload))
+contains_registered_secret = secret_check(lambda text: _REGISTERED_SECRETS.sub("***", text))
 
 
-async def run_plain(workload: Workload) -> tuple[float, str, str]:
+def run_plain(workload: Workload) -> tuple[float, str, str]:
     agent = workload.build_agent()
-    wall, result = await _timed_run(agent)
+    wall, result = _timed_run(agent)
     return wall, result.output, tool_results_digest(result.all_messages())
 
 
-async def run_durable(
+def run_durable(
     backend: Backend,
     workload: Workload,
     identity: TaskIdentity,
@@ -180,17 +166,18 @@ async def run_durable(
     agent = workload.build_agent()
     store = backend.store_for(identity, warn=log.warning)
     assert not store.exists(), f"{store.location} is not empty"
-    loads: list[LoadedCache] = []
-    _watch_load(store, loads)
 
     # Attempt 1: empty cache, every step runs live and is recorded.
     backend.reset_counters()
     probe.reset()
     gc.collect()
     started = time.perf_counter()
-    run = DurableRun.open(store, attempt=1, log=log, contains_secret=contains_registered_secret)
-    result = await agent.run(PROMPT, capabilities=[DurableCapability(run)], usage_limits=NO_LIMITS)
+    run = DurableRun.open(
+        store, attempt=1, log=log, contains_secret=contains_registered_secret, fingerprinter=probe.fingerprinter()
+    )
+    result = run_agent(run, agent, PROMPT, usage_limits=NO_LIMITS)
     record_wall = time.perf_counter() - started
+    assert isinstance(result, AgentRunResult), result
     fingerprint_record = list(probe.steps)
     write_requests = backend.write_requests(store)
     entries = workload.model_requests + workload.tool_calls
@@ -210,10 +197,13 @@ async def run_durable(
     probe.reset()
     gc.collect()
     started = time.perf_counter()
-    replay = DurableRun.open(store, attempt=2, log=log, contains_secret=contains_registered_secret)
+    replay = DurableRun.open(
+        store, attempt=2, log=log, contains_secret=contains_registered_secret, fingerprinter=probe.fingerprinter()
+    )
     load_wall = time.perf_counter() - started
-    result = await agent.run(PROMPT, capabilities=[DurableCapability(replay)], usage_limits=NO_LIMITS)
+    result = run_agent(replay, agent, PROMPT, usage_limits=NO_LIMITS)
     replay_wall = time.perf_counter() - started
+    assert isinstance(result, AgentRunResult), result
     fingerprint_replay = list(probe.steps)
     read_requests = backend.read_requests()
     assert (replay.replayed.model, replay.replayed.tool) == (workload.model_requests, workload.tool_calls), (
@@ -221,8 +211,9 @@ async def run_durable(
     )
     assert replay.executed.total == 0, replay.executed
     assert (result.output, tool_results_digest(result.all_messages())) == expected
-    assert len(loads) == 2 and loads[1].bytes_read == store.bytes_written, [loaded.bytes_read for loaded in loads]
-    assert len(loads[1].entries) == entries and not loads[1].skipped, loads[1].skipped
+    assert run.stats.bytes_read == 0, run.stats.bytes_read
+    assert replay.stats.bytes_read == store.bytes_written, (replay.stats.bytes_read, store.bytes_written)
+    assert len(replay.entries) == entries and not replay.stats.entries_skipped, replay.stats.entries_skipped
 
     store.clear()
     return Repetition(
@@ -234,7 +225,7 @@ async def run_durable(
         objects_written=store.objects_written,
         stored_bytes=stored_bytes,
         write_requests=write_requests,
-        replay_bytes_read=loads[1].bytes_read,
+        replay_bytes_read=replay.stats.bytes_read,
         replay_read_requests=read_requests,
         fingerprint_record=fingerprint_record,
         fingerprint_replay=fingerprint_replay,
@@ -259,22 +250,20 @@ def run_cell(
     active = [backend for backend in backends if reps.get(backend.name, 0) > 0]
     cells = {backend.name: CellResult(backend=backend.name, workload=workload) for backend in active}
     for rep in range(max((reps[backend.name] for backend in active), default=0)):
-        plain_wall, output, digest = asyncio.run(run_plain(workload))
+        plain_wall, output, digest = run_plain(workload)
         for backend in active:
             if rep >= reps[backend.name]:
                 continue
             identity = TaskIdentity("bench_durable", f"manual__{tag}-rep{rep}", "agent", -1)
             collected.messages.clear()
-            repetition = asyncio.run(
-                run_durable(
-                    backend,
-                    workload,
-                    identity,
-                    plain_wall=plain_wall,
-                    expected=(output, digest),
-                    probe=probe,
-                    log=log,
-                )
+            repetition = run_durable(
+                backend,
+                workload,
+                identity,
+                plain_wall=plain_wall,
+                expected=(output, digest),
+                probe=probe,
+                log=log,
             )
             cells[backend.name].repetitions.append(repetition)
             cells[backend.name].warnings.extend(collected.messages)
@@ -305,7 +294,7 @@ class _TimedFileHandler(logging.FileHandler):
             self.seconds += time.perf_counter() - started
 
 
-async def run_with_logging(
+def run_with_logging(
     backend: Backend, workload: Workload, identity: TaskIdentity, log_path: str, probe: FingerprintProbe
 ) -> dict[str, Any]:
     """Record + replay once with the per-step INFO lines on, written to a log file as a task log is.
@@ -320,7 +309,7 @@ async def run_with_logging(
     handler.setFormatter(logging.Formatter("[%(asctime)s] {%(filename)s:%(lineno)d} %(levelname)s - %(message)s"))
     logger.addHandler(handler)
     try:
-        repetition = await run_durable(
+        repetition = run_durable(
             backend,
             workload,
             identity,

@@ -9,24 +9,30 @@ option to fix.
 
 from __future__ import annotations
 
-import errno
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
-from airflow_pydantic_ai.durable.codec import iter_text
-from airflow_pydantic_ai.durable.errors import DurableConfigError
-from airflow_pydantic_ai.durable.run import describe_error
-from airflow_pydantic_ai.durable.store import StepEntry, make_private_folders
+from airflow_pydantic_ai.durable import (
+    DurableConfigError,
+    DurableRun,
+    StepStore,
+    TaskIdentity,
+    make_private_folders,
+    secret_check,
+)
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.stats import TaskLogger
 
 __all__ = [
     "CONFIG_SECTION",
     "CacheBase",
+    "DurableSettings",
     "ThisTry",
     "cache_belongs_to_this_dag_run",
     "cache_rm_command",
@@ -152,40 +158,7 @@ def _storage_error_mode() -> str:
     return mode
 
 
-# Errors that mean the location itself is wrong (permissions, missing bucket, a file in the way), as
-# opposed to a store that is down for a while.
-_CONFIGURATION_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError)
 _DEFAULT_TIMEOUT = 60.0
-
-
-def _is_configuration_error(error: BaseException) -> bool:
-    if isinstance(error, _CONFIGURATION_ERRORS):
-        return True
-    if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG:
-        return True
-    # botocore's ParamValidationError (a malformed bucket name...), without importing botocore.
-    return any(cls.__name__ == "ParamValidationError" for cls in type(error).__mro__)
-
-
-def _check_writable(store: StepStore, storage_errors: str, log: Any) -> bool:
-    """Write and delete a probe; False when the store is unreachable (and ``durable_storage_errors = warn``)."""
-    try:
-        store.probe()
-    except Exception as error:
-        described = describe_error(error)
-        if _is_configuration_error(error):
-            raise DurableConfigError(
-                f"durable_cache_path: cannot write to {store.location} ({described}). The workers need list, get, "
-                "put and delete permission under the prefix; check the path, the bucket name and the connection."
-            ) from error
-        if storage_errors == "fail":
-            raise DurableConfigError(
-                f"durable_cache_path: the cache at {store.location} is unreachable ({described}); "
-                "[pydantic_ai] durable_storage_errors = fail stops here."
-            ) from error
-        log.error("Durable: the cache at %s is unreachable (%s); steps will run live", store.location, described)
-        return False
-    return True
 
 
 def _storage_timeout() -> float:
@@ -224,20 +197,6 @@ def _cipher() -> Any:
             "the same key) or turn durable_encrypt off."
         )
     return fernet
-
-
-def _secret_finder() -> Any:
-    """A check for values registered with Airflow's secrets masker (connection passwords, ``mask_secret``...).
-
-    Only registered *values* count: a key that merely sounds sensitive (``tokens``, ``password_hint``)
-    does not stop a step from being cached. The masker's pattern is read at every check, since secrets
-    are registered while the task runs.
-    """
-
-    def contains_secret(payload: Any) -> bool:
-        return any(_compat.redact(text) != text for text in iter_text(payload))
-
-    return contains_secret
 
 
 def retries_an_earlier_try(ti: Any) -> bool:
@@ -279,7 +238,7 @@ class ThisTry:
         )
 
 
-def cache_belongs_to_this_dag_run(entries: Mapping[str, StepEntry], this_try: ThisTry) -> bool:
+def cache_belongs_to_this_dag_run(tries: Collection[int], this_try: ThisTry) -> bool:
     """Whether a task instance's existing cache was written by this DAG run, not an earlier one with its run_id.
 
     A DAG run deleted and created again (a person, the REST API, the scheduler re-creating a deleted
@@ -290,9 +249,11 @@ def cache_belongs_to_this_dag_run(entries: Mapping[str, StepEntry], this_try: Th
     try can only find steps recorded by tries numbered below its own, or by itself when it resumes
     from a deferral or a human-input wait. Any entry written by a try numbered the same or higher
     (every entry, on try 1) was written by an earlier run.
+
+    ``tries``: the try numbers that wrote the entries found.
     """
     latest_own_try = this_try.try_number if this_try.resuming else this_try.try_number - 1
-    return all(entry.attempt <= latest_own_try for entry in entries.values())
+    return all(attempt <= latest_own_try for attempt in tries)
 
 
 @dataclass(frozen=True)
@@ -334,6 +295,20 @@ def open_cache_base(cache_path: str | None = None) -> CacheBase:
     return CacheBase(path=resolve_cache_path(cache_path), cipher=_cipher(), timeout=_storage_timeout())
 
 
+@dataclass(frozen=True)
+class DurableSettings:
+    """The ``[pydantic_ai]`` options a durable task reads, once, at its start: checked, as plain values."""
+
+    base: CacheBase
+    storage_errors: str
+    """``warn`` or ``fail`` (``durable_storage_errors``)."""
+
+    @classmethod
+    def read(cls, cache_path: str | None = None) -> DurableSettings:
+        """Read and check every option; raises ``DurableConfigError`` naming the one to fix."""
+        return cls(base=open_cache_base(cache_path), storage_errors=_storage_error_mode())
+
+
 def cache_rm_command(identity: TaskIdentity) -> str:
     """The command that deletes ``identity``'s cache, ready to paste into a shell."""
     words = [*_compat.cli_command_prefix(), "cache", "rm", identity.dag_id, identity.run_id, identity.task_id]
@@ -342,36 +317,41 @@ def cache_rm_command(identity: TaskIdentity) -> str:
     return shlex.join(words)
 
 
-def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None, resuming: bool = False) -> DurableRun:
+def task_identity(ti: Any) -> TaskIdentity:
+    """The identity a task instance's cache is keyed by (the same for all of its tries)."""
+    map_index = getattr(ti, "map_index", None)
+    return TaskIdentity(
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        map_index=-1 if map_index is None else int(map_index),
+    )
+
+
+def start_durable_run(
+    context: Any, *, log: TaskLogger, cache_path: str | None = None, resuming: bool = False
+) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
     ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
     so the cache holds this very try's steps and must be kept.
     """
     ti = context["ti"]
-    base = open_cache_base(cache_path)
-    storage_errors = _storage_error_mode()
-    map_index = getattr(ti, "map_index", None)
-    identity = TaskIdentity(
-        dag_id=ti.dag_id,
-        run_id=ti.run_id,
-        task_id=ti.task_id,
-        map_index=-1 if map_index is None else int(map_index),
-    )
-    base_url = base.url
-    store = base.store_for(identity, warn=log.warning)
+    settings = DurableSettings.read(cache_path)
+    identity = task_identity(ti)
+    store = settings.base.store_for(identity, warn=log.warning)
+    delete_command = cache_rm_command(identity)
     log.info(
         "Durable: the cache of this task instance is %s (delete it to force a fresh run: %s)",
         store.location,
-        cache_rm_command(identity),
+        delete_command,
     )
-    if not _compat.storage_conn_id(base.path) and not store.is_local:
+    if not _compat.storage_conn_id(settings.base.path) and not store.is_local:
         log.info(
             "Durable: %s names no connection, so the worker's default credentials are used (environment, "
             "instance profile...); every worker must reach the same location with them",
-            base_url,
+            settings.base.url,
         )
-    reachable = _check_writable(store, storage_errors, log)
     this_try = ThisTry.of(ti, resuming=resuming)
     max_tries = getattr(ti, "max_tries", None)
     if getattr(context.get("task"), "retries", None) == 0 and not this_try.resuming:
@@ -382,11 +362,12 @@ def start_durable_run(context: Any, *, log: Any, cache_path: str | None = None, 
     return DurableRun.open(
         store,
         attempt=this_try.try_number or 1,
-        belongs=lambda entries: cache_belongs_to_this_dag_run(entries, this_try),
         log=log,
-        contains_secret=_secret_finder(),
-        storage_errors=storage_errors,  # type: ignore[arg-type]
-        reachable=reachable,
+        probe=True,
+        belongs=lambda tries: cache_belongs_to_this_dag_run(tries, this_try),
+        contains_secret=secret_check(_compat.redact),
+        storage_errors="fail" if settings.storage_errors == "fail" else "warn",
         takes_recorded_output=retries_an_earlier_try(ti),
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
+        delete_hint=delete_command,
     )

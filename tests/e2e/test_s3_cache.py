@@ -150,7 +150,8 @@ class _CountingFS:
 def test_loading_a_large_cache_lists_once_and_fetches_in_one_batch(s3_bucket):
     from airflow.sdk import ObjectStoragePath
 
-    from airflow_pydantic_ai.durable.store import StepEntry, StepStore, TaskIdentity
+    from airflow_pydantic_ai.durable import StepStore, TaskIdentity
+    from airflow_pydantic_ai.durable.entry import StepEntry
 
     base = ObjectStoragePath(s3_bucket.url("agent-cache"))
     identity = TaskIdentity("dag.x", "manual__2026-11-22T04:00:00+00:00", "task-y", 3)

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from tests.helpers.crash_worker import IDENTITY, ForkServer, expected_output
 
-from airflow_pydantic_ai.durable.store import StepEntry, TaskIdentity
+from airflow_pydantic_ai.durable import TaskIdentity
+from airflow_pydantic_ai.durable.entry import StepEntry
 
 STEPS = 8
 

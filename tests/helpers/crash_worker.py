@@ -123,18 +123,17 @@ class _KillPoints:
             self.block()
 
 
-class _OsProxy:
-    """The ``os`` module as ``StepStore._put_local`` sees it, with kill points on its calls."""
+class _KillingLocalFiles:
+    """The store's local-disk calls (its ``local_files`` seam), with kill points on them."""
 
-    def __init__(self, real: Any, points: _KillPoints):
-        self._real = real
+    def __init__(self, points: _KillPoints):
+        from airflow_pydantic_ai.durable.store import LocalFiles
+
+        self._real = LocalFiles()
         self._points = points
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-    def fdopen(self, fd: int, *args: Any, **kwargs: Any) -> Any:
-        return _PartialWriter(self._real.fdopen(fd, *args, **kwargs), self._points)
+    def create(self, path: str) -> Any:
+        return _PartialWriter(self._real.create(path), self._points)
 
     def replace(self, src: str, dst: str) -> None:
         self._points.hit("put-before-rename")
@@ -216,9 +215,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    import airflow_pydantic_ai.durable.store as store_module
-    from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
-    from airflow_pydantic_ai.durable.run import ModelStep, ToolStep
+    from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity, run_agent
 
     if job.get("start_after"):  # a barrier: several jobs start together
         deadline = time.monotonic() + 20
@@ -231,24 +228,6 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     marker = job["marker"]
     tool_sleep = float(job.get("tool_sleep", 0.0))
     points = _KillPoints(job.get("kill_at"), job.get("ready"))
-    store_module.os = _OsProxy(os, points)  # type: ignore[attr-defined]
-
-    replayed_entries: list[str] = []
-    original_use_replay = ModelStep.use_replay
-    original_replay = ToolStep.replay
-
-    def use_replay(self: Any) -> Any:
-        response = original_use_replay(self)
-        if response is not None:
-            replayed_entries.append(self.entry_name)
-        return response
-
-    def replay(self: Any) -> Any:
-        replayed_entries.append(self.entry_name)
-        return original_replay(self)
-
-    ModelStep.use_replay = use_replay  # type: ignore[method-assign]
-    ToolStep.replay = replay  # type: ignore[method-assign]
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returns = [part for message in messages for part in message.parts if isinstance(part, ToolReturnPart)]
@@ -286,6 +265,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         filesystem = _CountedDeletes(filesystem, points)
     base = job["base"]
     store = StepStore.for_task(filesystem, base, f"file://{base}", TaskIdentity(*IDENTITY), warn=log.warning)
+    store.local_files = _KillingLocalFiles(points)  # type: ignore[assignment]
     run = DurableRun.open(store, attempt=attempt, log=log, storage_errors=job.get("storage_errors", "warn"))
     started = time.monotonic()
     outcome: dict[str, Any] = {"pid": os.getpid()}
@@ -295,7 +275,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         if recorded is not None:
             outcome["output"] = recorded.value
         else:
-            outcome["output"] = agent.run_sync(prompt, capabilities=[DurableCapability(run)]).output
+            outcome["output"] = run_agent(run, agent, prompt).output
     except Exception as error:
         outcome["error"] = f"{type(error).__name__}: {error}"
     finally:
@@ -314,7 +294,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         seconds=time.monotonic() - started,
         replayed={"model": run.replayed.model, "tool": run.replayed.tool},
         executed={"model": run.executed.model, "tool": run.executed.tool},
-        replayed_entries=replayed_entries,
+        replayed_entries=run.stats.replayed_entries,
         loaded_entries=sorted(run.entries),
         warnings=[text for level, text in log.lines if level == "warning"],
         errors=[text for level, text in log.lines if level == "error"],

@@ -218,7 +218,7 @@ def test_approval_asked_at_run_time_without_durable_says_to_turn_durable_on() ->
 
     operator = AgentOperator(task_id="pay", prompt="pay", agent=agent)
     with pytest.raises(ValueError, match="Set durable=True"):
-        operator._run_agent(agent, "pay", None, None)
+        operator._run_plain(agent, "pay", None)
 
 
 def test_an_agent_with_output_validators_gets_advice_or_works_with_its_own_deferred_output(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from tests.helpers.compat import airflow_reads_provider_cli, clear_fernet_cache
 from airflow_pydantic_ai._compat import get_fernet
 from airflow_pydantic_ai.cli import cache_command
 from airflow_pydantic_ai.durable import StepStore, TaskIdentity
-from airflow_pydantic_ai.durable.store import StepEntry
+from airflow_pydantic_ai.durable.entry import StepEntry
 
 IDENTITY = TaskIdentity("secret_dag", "manual__1", "triage", -1)
 

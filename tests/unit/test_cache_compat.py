@@ -94,7 +94,7 @@ def test_a_0_1_0_cache_of_a_provider_that_stamps_its_answers_replays_every_step(
         return StepStore.for_task(fsspec.filesystem("file"), str(tmp_path), f"file://{tmp_path}", IDENTITY)
 
     first = DurableRun.open(store(RecordingLog()), attempt=1, log=RecordingLog())
-    first._digests = MessageDigests(keep_response_timestamps=True)  # as 0.1.0 keyed them
+    first.keys.use_release_0_1_0_keys()  # as 0.1.0 keyed them
     agent.run_sync("go", capabilities=[DurableCapability(first)])
     for entry in store(RecordingLog()).load().entries.values():  # as 0.1.0 wrote them: no recorded_at
         store(RecordingLog()).put(replace(entry, recorded_at=None, role=None, call_id=None))

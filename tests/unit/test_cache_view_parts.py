@@ -184,7 +184,7 @@ def test_the_page_escapes_every_value() -> None:
 def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_path: Path) -> None:
     from airflow.sdk.log import mask_secret
 
-    from airflow_pydantic_ai.durable.store import StepEntry
+    from airflow_pydantic_ai.durable.entry import StepEntry
     from airflow_pydantic_ai.ui.app import render_step
 
     store = _store(tmp_path)

@@ -10,7 +10,8 @@ import pytest
 
 from airflow_pydantic_ai.durable import StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.catalog import list_caches
-from airflow_pydantic_ai.durable.store import StepEntry, is_shortened
+from airflow_pydantic_ai.durable.entry import StepEntry
+from airflow_pydantic_ai.durable.identity import is_shortened
 
 ODD_IDS = [
     TaskIdentity("etl", "manual__2026-11-22T04:00:00+00:00", "load", -1),

@@ -799,7 +799,7 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     import fsspec
 
     from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
-    from airflow_pydantic_ai.durable.store import RESULT_ENTRY
+    from airflow_pydantic_ai.durable.entry import RESULT_ENTRY
 
     warnings: list[str] = []
 
@@ -997,13 +997,8 @@ def test_a_retry_the_run_got_past_still_replays(harness):
 )
 def test_whose_cache_it_is_follows_the_try_numbers(try_number, resuming, attempts, belongs):
     from airflow_pydantic_ai.durability import ThisTry, cache_belongs_to_this_dag_run
-    from airflow_pydantic_ai.durable.store import StepEntry
 
-    entries = {
-        f"tool-{index}.json": StepEntry(kind="tool", key=str(index), step=1, attempt=attempt, label="t", payload={})
-        for index, attempt in enumerate(attempts)
-    }
-    assert cache_belongs_to_this_dag_run(entries, ThisTry(try_number, resuming)) is belongs
+    assert cache_belongs_to_this_dag_run(attempts, ThisTry(try_number, resuming)) is belongs
 
 
 def test_a_cache_that_is_not_this_runs_is_deleted_with_one_warning(harness):
@@ -1011,7 +1006,7 @@ def test_a_cache_that_is_not_this_runs_is_deleted_with_one_warning(harness):
     with pytest.raises(ConnectionError):
         harness.run(counting_agent(calls, fail_on={"notify"}), "weather report")
     log = RecordingLog()
-    run = DurableRun.open(harness.store(log), attempt=1, log=log, belongs=lambda entries: False)
+    run = DurableRun.open(harness.store(log), attempt=1, log=log, belongs=lambda tries: False)
     assert run.entries == {}
     [warning] = log.at("warning")
     assert "was left by an earlier run with the same ids, since deleted (2 steps by tries 1, written " in warning

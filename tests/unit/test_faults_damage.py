@@ -23,7 +23,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
-from airflow_pydantic_ai.durable.store import ENTRY_FORMAT, StepEntry
+from airflow_pydantic_ai.durable.entry import ENTRY_FORMAT, StepEntry
 
 FETCHES = 3
 

@@ -192,7 +192,7 @@ def test_a_failed_start_probe_skips_loading_and_writing(outage_s3):
     base, stop = outage_s3
     stop()
     log, calls = Log(), []
-    run = DurableRun.open(_store(base, log), attempt=2, log=log, reachable=False)
+    run = DurableRun.open(_store(base, log), attempt=2, log=log, probe=True)
     result = _agent(stop_after_step=-1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert result.output == "finished" and calls == [0, 1, 2, 3]
     assert run.not_persisted == 9

@@ -8,7 +8,8 @@ import os
 import fsspec
 import pytest
 
-from airflow_pydantic_ai.durable.store import CorruptEntry, StepEntry, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable import StepStore, TaskIdentity
+from airflow_pydantic_ai.durable.entry import CorruptEntry, StepEntry
 
 RUN_ID = "manual__2026-11-22T04:00:00+00:00"
 
@@ -223,7 +224,7 @@ def test_the_result_entry_has_the_guarantees_of_a_step(tmp_path, encrypted):
     """Checksum, owner binding and encryption cover the recorded output; another task instance's is rejected."""
     from cryptography.fernet import Fernet
 
-    from airflow_pydantic_ai.durable.store import RESULT_ENTRY
+    from airflow_pydantic_ai.durable.entry import RESULT_ENTRY
 
     cipher = Fernet(Fernet.generate_key()) if encrypted else None
     store = make_store(tmp_path)
@@ -253,7 +254,7 @@ def test_the_result_entry_has_the_guarantees_of_a_step(tmp_path, encrypted):
 
 
 def test_clear_deletes_the_given_entries_first_and_the_result_last(tmp_path):
-    from airflow_pydantic_ai.durable.store import RESULT_ENTRY
+    from airflow_pydantic_ai.durable.entry import RESULT_ENTRY
 
     store = make_store(tmp_path)
     names = [entry(key=key * 64).name for key in "abc"]

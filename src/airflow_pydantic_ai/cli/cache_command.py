@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_pydantic_ai.cli import task_states
+from airflow_pydantic_ai.durable import TaskIdentity
 from airflow_pydantic_ai.durable.catalog import CacheSummary, list_caches
 from airflow_pydantic_ai.durable.reader import CacheReader
-from airflow_pydantic_ai.durable.store import TaskIdentity
 
 __all__ = ["cache_gc", "cache_list", "cache_rm", "cache_show"]
 
@@ -52,8 +52,8 @@ class _UserError(Exception):
 @contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn configuration, storage and input errors into one line on stderr and exit code 1."""
+    from airflow_pydantic_ai.durable import describe_error
     from airflow_pydantic_ai.durable.errors import DurableConfigError
-    from airflow_pydantic_ai.durable.run import describe_error
 
     try:
         yield

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from airflow_pydantic_ai.durable.catalog import CacheSummary
-from airflow_pydantic_ai.durable.store import TaskIdentity, id_segment, is_shortened
+from airflow_pydantic_ai.durable.identity import TaskIdentity, id_segment, is_shortened
 
 __all__ = [
     "DELETABLE_STATES",

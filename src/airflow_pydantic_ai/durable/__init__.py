@@ -14,11 +14,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.attempt import run_agent
     from airflow_pydantic_ai.durable.capability import DurableCapability
-    from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableError, DurableStorageError
+    from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableError, DurableStorageError, describe_error
+    from airflow_pydantic_ai.durable.identity import TaskIdentity, make_private_folders
     from airflow_pydantic_ai.durable.reader import CacheReader, StepDetail, StepInfo
-    from airflow_pydantic_ai.durable.run import SUMMARY_TEMPLATE, DurableRun, empty_summary
-    from airflow_pydantic_ai.durable.store import StepStore, TaskIdentity
+    from airflow_pydantic_ai.durable.run import DurableRun
+    from airflow_pydantic_ai.durable.stats import SUMMARY_TEMPLATE, empty_summary
+    from airflow_pydantic_ai.durable.store import StepStore
+    from airflow_pydantic_ai.durable.writer import secret_check
 
 __all__ = [
     "SUMMARY_TEMPLATE",
@@ -32,12 +36,16 @@ __all__ = [
     "StepInfo",
     "StepStore",
     "TaskIdentity",
+    "describe_error",
     "empty_summary",
+    "make_private_folders",
+    "run_agent",
+    "secret_check",
 ]
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
-    "SUMMARY_TEMPLATE": "run",
+    "SUMMARY_TEMPLATE": "stats",
     "CacheReader": "reader",
     "DurableCapability": "capability",
     "DurableConfigError": "errors",
@@ -47,8 +55,12 @@ _HOMES = {
     "StepDetail": "reader",
     "StepInfo": "reader",
     "StepStore": "store",
-    "TaskIdentity": "store",
-    "empty_summary": "run",
+    "TaskIdentity": "identity",
+    "describe_error": "errors",
+    "empty_summary": "stats",
+    "make_private_folders": "identity",
+    "run_agent": "attempt",
+    "secret_check": "writer",
 }
 
 

@@ -15,7 +15,7 @@ from pydantic_ai.toolsets import AbstractToolset
 
 from airflow_pydantic_ai.durable.model import CachingModel
 from airflow_pydantic_ai.durable.run import DurableRun
-from airflow_pydantic_ai.durable.toolset import CachingToolset, recorded
+from airflow_pydantic_ai.durable.toolset import CachingToolset
 
 __all__ = ["DurableCapability"]
 
@@ -66,6 +66,4 @@ class DurableCapability(AbstractCapability[Any]):
             call.tool_call_id if call is not None else None,
             ctx.messages,
         )
-        if step.is_replay:
-            return step.replay()
-        return await recorded(step, handler(output))
+        return await step.replay_or_run(lambda: handler(output))

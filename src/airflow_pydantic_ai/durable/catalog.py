@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from airflow_pydantic_ai.durable.store import StepStore, TaskIdentity, id_segment, is_shortened, modified_time
+from airflow_pydantic_ai.durable.identity import TaskIdentity, id_segment, is_shortened
+from airflow_pydantic_ai.durable.store import StepStore, modified_time
 
 __all__ = ["CacheSummary", "list_caches"]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
 
-from airflow_pydantic_ai.durable.store import DECISION_KIND, StepEntry
+from airflow_pydantic_ai.durable.entry import DECISION_KIND, StepEntry, entry_name
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.run import DurableRun
@@ -86,7 +86,7 @@ class DecisionStep:
 
     @property
     def entry_name(self) -> str:
-        return f"{DECISION_KIND}-{self.key}.json"
+        return entry_name(DECISION_KIND, self.key or "")
 
     @property
     def ref(self) -> str:

@@ -12,7 +12,7 @@ caught those keeps working.
 
 from __future__ import annotations
 
-__all__ = ["DurableConfigError", "DurableError", "DurableStorageError"]
+__all__ = ["DurableConfigError", "DurableError", "DurableStorageError", "describe_error"]
 
 
 class DurableError(Exception):
@@ -25,3 +25,9 @@ class DurableConfigError(DurableError, ValueError):
 
 class DurableStorageError(DurableError, RuntimeError):
     """Writing a step to the cache failed and ``durable_storage_errors`` is ``fail``."""
+
+
+def describe_error(error: BaseException) -> str:
+    """An error for a log line: a timeout's message is often empty."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -39,16 +39,9 @@ class CachingModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
         step = self.run.model_step(self.wrapped, messages, model_settings, model_request_parameters)
-        replayed = step.use_replay()
-        if replayed is not None:
-            return replayed
-        try:
-            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-        except BaseException as error:
-            step.record_failure(error)
-            raise
-        step.record(response)
-        return response
+        return await step.replay_or_run(
+            lambda: self.wrapped.request(messages, model_settings, model_request_parameters)
+        )
 
     @asynccontextmanager
     async def request_stream(
@@ -59,7 +52,8 @@ class CachingModel(WrapperModel):
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
         step = self.run.model_step(self.wrapped, messages, model_settings, model_request_parameters)
-        replayed = step.use_replay()
+        # A stream is a context, not one awaitable: the two halves of ModelStep.replay_or_run, around it.
+        replayed = step.take_replay()
         if replayed is not None:
             yield CompletedStreamedResponse(
                 replayed, model_request_parameters=model_request_parameters, replay_events=True

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from airflow_pydantic_ai.durable.store import CorruptEntry, SealedEntry, StepEntry, StepStore
+from airflow_pydantic_ai.durable.entry import CorruptEntry, SealedEntry, StepEntry
+from airflow_pydantic_ai.durable.store import StepStore
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
 

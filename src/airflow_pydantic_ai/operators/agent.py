@@ -159,31 +159,45 @@ class AgentOperator(BaseOperator):
         return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
 
     def _execute(self, context: Any, resume: Resume | None) -> Any:
-        run: DurableRun | None = None
-        try:
-            if self.durable:
-                from airflow_pydantic_ai.durability import start_durable_run
-
-                # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
-                # the prompt or the agent fails to build (try 2 could not tell it apart any more).
-                run = start_durable_run(
-                    context, log=self.log, cache_path=self.durable_cache_path, resuming=resume is not None
-                )
-                recorded = run.recorded_output()
-                if recorded is not None:
-                    # The previous try finished and was killed before Airflow recorded its success.
-                    return self._complete(context, run, recorded.value)
-            prompt = self._resolve_prompt(context)
-            agent = self.build_agent()
-            model = self._model() if self.agent is not None else None
-            if run is None:
-                _refuse_approvals_without_durable(agent)
+        if not self.durable:
+            prompt, agent, model = self._prepare(context)
+            _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
-            if run is not None and resume is not None:
+            return _to_xcom(self._run_plain(agent, prompt, model).output)
+        from airflow_pydantic_ai.durability import start_durable_run
+        from airflow_pydantic_ai.durable import empty_summary, run_agent
+
+        try:
+            # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
+            # the prompt or the agent fails to build (try 2 could not tell it apart any more).
+            run = start_durable_run(
+                context, log=self.log, cache_path=self.durable_cache_path, resuming=resume is not None
+            )
+        except BaseException:
+            # Every durable attempt logs its summary, also one that failed before any step ran.
+            self.log.info(empty_summary())
+            raise
+        # The summary ends every attempt, also one that stops to wait for approval (which is not a failed try).
+        with run.ending(waits=_waits_for_a_person):
+            recorded = run.recorded_output()
+            if recorded is not None:
+                # The previous try finished and was killed before Airflow recorded its success.
+                return self._complete(context, run, recorded.value)
+            prompt, agent, model = self._prepare(context)
+            _refuse_external_tools(agent)
+            if resume is not None:
                 from airflow_pydantic_ai.approval import record_answer
 
                 record_answer(run, resume, settings=self.approval, log=self.log)
-            result = self._run_agent(agent, prompt, model, run)
+            result = run_agent(
+                run,
+                agent,
+                prompt,
+                model=model,
+                usage_limits=self.usage_limits,
+                deps=self.deps,
+                event_stream_handler=self.event_stream_handler,
+            )
             from airflow_pydantic_ai.durable.approvals import WaitingForDecisions
 
             if isinstance(result, WaitingForDecisions):
@@ -191,28 +205,19 @@ class AgentOperator(BaseOperator):
 
                 ask(self, context, result, prompt=prompt, settings=self.approval, previous=resume, log=self.log)
             return self._complete(context, run, _to_xcom(result.output))
-        except BaseException as error:
-            if run is not None and not _waits_for_a_person(error):
-                run.end_failed_try()
-            raise
-        finally:
-            # Every durable attempt says what it replayed and executed, also one that failed before any step ran
-            # and one that stops to wait for approval.
-            if run is not None:
-                run.log_summary()
-            elif self.durable:
-                from airflow_pydantic_ai.durable import empty_summary
 
-                self.log.info(empty_summary())
+    def _prepare(self, context: Any) -> tuple[str, Agent[Any, Any], Any]:
+        """The prompt of this try, the agent, and the model to run it with (None: the agent's own)."""
+        prompt = self._resolve_prompt(context)
+        agent = self.build_agent()
+        return prompt, agent, self._model() if self.agent is not None else None
 
-    def _complete(self, context: Any, run: DurableRun | None, output: Any) -> Any:
+    def _complete(self, context: Any, run: DurableRun, output: Any) -> Any:
         """Record the output (durable), push it, and have the cache deleted once Airflow records the success.
 
         Until then every recorded step stays: a worker killed after this point (before Airflow stores the
         task's success) leaves a cache from which the retry returns this same output, calling nothing.
         """
-        if run is None:
-            return output
         run.record_output(output)
         if self.do_xcom_push:
             from airflow.sdk.bases.xcom import BaseXCom
@@ -239,43 +244,27 @@ class AgentOperator(BaseOperator):
             raise ValueError(f"AgentOperator prompt must be a non-empty string, got {self.prompt!r}")
         return self.prompt
 
-    def _run_agent(self, agent: Agent[Any, Any], prompt: str, model: Any, run: DurableRun | None) -> Any:
-        """The run's result, or (durable) the calls it stopped at because they need a decision."""
-        from pydantic_ai.exceptions import UnexpectedModelBehavior
-
-        run_arguments: dict[str, Any] = {"deps": self.deps, "event_stream_handler": self.event_stream_handler}
-        if run is None:
-            from pydantic_ai.exceptions import UserError
-
-            try:
-                return agent.run_sync(prompt, model=model, usage_limits=self.usage_limits, **run_arguments)
-            except UserError as error:
-                if "DeferredToolRequests" not in str(error):
-                    raise
-                # A tool raised ApprovalRequired (or CallDeferred): only a durable run can wait for the answer.
-                raise ValueError(
-                    "a tool call asked for approval (ApprovalRequired); the run has to survive the wait for a "
-                    "person's answer, which only the durable cache provides. Set durable=True on the "
-                    "AgentOperator / @task.pydantic_ai."
-                ) from error
-        from airflow_pydantic_ai.durable import DurableCapability
-        from airflow_pydantic_ai.durable.approvals import run_until_decision_needed
+    def _run_plain(self, agent: Agent[Any, Any], prompt: str, model: Any) -> Any:
+        """The run's result, without durability."""
+        from pydantic_ai.exceptions import UserError
 
         try:
-            return run_until_decision_needed(
-                agent,
+            return agent.run_sync(
                 prompt,
-                run,
-                output_type=agent.output_type,
                 model=model,
-                usage_limits=run.usage_limits(self.usage_limits),
-                capabilities=[DurableCapability(run)],
-                **run_arguments,
+                usage_limits=self.usage_limits,
+                deps=self.deps,
+                event_stream_handler=self.event_stream_handler,
             )
-        except UnexpectedModelBehavior:
-            # Retries ran out: what failed (the last answer, the retries it drew) would fail the same way on replay.
-            run.forget_what_failed()
-            raise
+        except UserError as error:
+            if "DeferredToolRequests" not in str(error):
+                raise
+            # A tool raised ApprovalRequired (or CallDeferred): only a durable run can wait for the answer.
+            raise ValueError(
+                "a tool call asked for approval (ApprovalRequired); the run has to survive the wait for a "
+                "person's answer, which only the durable cache provides. Set durable=True on the "
+                "AgentOperator / @task.pydantic_ai."
+            ) from error
 
 
 class _DeleteDurableCache:

@@ -1,0 +1,62 @@
+"""The one way a durable attempt runs an agent: the operator, the tests and the benchmark all call it.
+
+:func:`run_agent` wires the attempt into the run (the :class:`DurableCapability` that wraps every model
+and toolset, usage limits that do not count replayed steps), continues past approval stops whose
+decisions are recorded, and, when pydantic-ai gives up on the model's answers
+(``UnexpectedModelBehavior``), forgets what the run failed on so that a retry asks again instead of
+replaying it. Around it, :meth:`DurableRun.ending` tidies up a failed try and logs the summary line.
+
+The whole lifecycle, as the operator runs it::
+
+    run = DurableRun.open(store, attempt=try_number, log=log)       # load the cache
+    with run.ending():                                               # summary whatever happens
+        result = run_agent(run, agent, prompt, usage_limits=limits)  # replay, or run and record
+        run.record_output(result.output)                             # before XCom
+    run.finish()                                                     # once Airflow stored the success
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+from airflow_pydantic_ai.durable.approvals import WaitingForDecisions, run_until_decision_needed
+from airflow_pydantic_ai.durable.capability import DurableCapability
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.agent import AgentRunResult
+    from pydantic_ai.usage import UsageLimits
+
+    from airflow_pydantic_ai.durable.run import DurableRun
+
+__all__ = ["run_agent"]
+
+
+def run_agent(
+    run: DurableRun,
+    agent: Agent[Any, Any],
+    prompt: str,
+    *,
+    usage_limits: UsageLimits | None = None,
+    **run_arguments: Any,
+) -> AgentRunResult[Any] | WaitingForDecisions:
+    """Run ``agent`` on ``prompt`` as attempt ``run``: its result, or the calls it stopped at for a decision.
+
+    :param run_arguments: Further ``agent.run_sync`` arguments (``model``, ``deps``, ``event_stream_handler``).
+    """
+    try:
+        return run_until_decision_needed(
+            agent,
+            prompt,
+            run,
+            output_type=agent.output_type,
+            usage_limits=run.usage_limits(usage_limits),
+            capabilities=[DurableCapability(run)],
+            **run_arguments,
+        )
+    except UnexpectedModelBehavior:
+        # Retries ran out: what failed (the last answer, the retries it drew) would fail the same way on replay.
+        run.forget_what_failed()
+        raise

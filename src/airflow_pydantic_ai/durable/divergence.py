@@ -1,0 +1,58 @@
+"""Where an attempt leaves the path an earlier attempt recorded, and the one WARNING that says what changed.
+
+The first model step that misses the cache where an earlier attempt recorded a step at the same
+number is where the run diverged: the warning names the request components that differ (model,
+instructions, user prompt, history, settings, tool definitions, output schema). Every later step runs
+live anyway (the key chain covers its lineage), so only the first miss is explained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_pydantic_ai.durable.entry import StepEntry
+from airflow_pydantic_ai.durable.fingerprint import changed_components
+
+__all__ = ["Divergence"]
+
+
+@dataclass
+class Divergence:
+    """The model steps earlier attempts recorded, by number, and whether this attempt left their path."""
+
+    recorded_at_step: dict[int, StepEntry] = field(default_factory=dict)
+    diverged: bool = False
+    changes: list[str] = field(default_factory=list)
+    """The "changed: ..." warnings of this attempt, for its attempt record."""
+
+    @classmethod
+    def of(cls, entries: Mapping[str, StepEntry]) -> Divergence:
+        """Everything in the cache was loaded before this attempt began: it is all from earlier attempts."""
+        recorded: dict[int, StepEntry] = {}
+        for entry in entries.values():
+            if entry.kind != "model":
+                continue
+            known = recorded.get(entry.step)
+            if known is None or entry.attempt > known.attempt:
+                recorded[entry.step] = entry
+        return cls(recorded_at_step=recorded)
+
+    def explain_miss(self, number: int, components: dict[str, Any]) -> str | None:
+        """The WARNING for a model step that missed the cache, if it is the first to leave the recorded path."""
+        if self.diverged:
+            return None
+        recorded = self.recorded_at_step.get(number)
+        if recorded is None:
+            return None
+        self.diverged = True
+        changes = changed_components(recorded.components, components) or [
+            "an earlier step (same request, different history of replays)"
+        ]
+        warning = (
+            f"Durable: model step {number} differs from what attempt {recorded.attempt} recorded; "
+            f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
+        )
+        self.changes.append(warning)
+        return warning

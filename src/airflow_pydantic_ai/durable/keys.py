@@ -1,0 +1,208 @@
+"""The key chain of one attempt: the one place where model, tool and decision keys are made.
+
+Keys chain: each model step's key covers the key of the model step before it (its *lineage*), and
+each tool call's key covers the model step that asked for it. A step that runs live because its
+request changed therefore makes every later step run live too, even where a model reuses tool call
+ids or gives the same answer to a changed request. An identical request (or call) made twice in one
+attempt gets an occurrence index, so both are kept apart.
+
+Guarantees: once a request cannot be fingerprinted the chain *fails closed*: no later step gets a key,
+so nothing after it is looked up or recorded. Predicting which calls of a replayed answer are cached
+(:meth:`KeyChain.predicted_tool_keys`) uses the same formula as the calls themselves, on a copy of
+the occurrence counts, so usage-limit prediction cannot drift from lookup.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.models import Model
+
+from airflow_pydantic_ai.durable.fingerprint import (
+    FingerprintError,
+    MessageDigests,
+    RequestFingerprint,
+    digest,
+    fingerprint_request,
+    fingerprint_tool_call,
+)
+
+__all__ = ["Fingerprinter", "KeyChain", "ModelKey"]
+
+_MODEL_KEY = "model-step/v1"
+_TOOL_KEY = "tool-step/v1"
+_DECISION_KEY = "decision-step/v1"
+_START = "start"
+
+
+@dataclass
+class Fingerprinter:
+    """The fingerprint functions a key chain calls, with the run's message memo.
+
+    A benchmark passes a subclass that times each call; nothing else needs to.
+    """
+
+    digests: MessageDigests = field(default_factory=MessageDigests)
+
+    def request(self, **request: Any) -> RequestFingerprint:
+        return fingerprint_request(memo=self.digests, **request)
+
+    def conversation(self, messages: Sequence[ModelMessage]) -> str:
+        return self.digests.conversation(messages)
+
+    def tool_call(self, **call: Any) -> str:
+        return fingerprint_tool_call(**call)
+
+
+@dataclass(frozen=True)
+class ModelKey:
+    """A model step's place in the chain; ``key`` is None when the step cannot be fingerprinted."""
+
+    number: int
+    label: str
+    key: str | None
+    components: dict[str, Any] = field(default_factory=dict)
+    conversation: str = ""
+    lineage: str = ""
+    aliases: tuple[str, ...] = ()
+    """Keys of earlier tries of this step in this attempt that raised (a fallback chain)."""
+    failure: str | None = None
+    """Why the request could not be fingerprinted, when that happened at this step."""
+
+
+@dataclass(frozen=True)
+class _FailedRequest:
+    conversation: str
+    number: int
+    lineage: str
+    keys: tuple[str, ...]
+
+
+@dataclass
+class KeyChain:
+    """Lineage, occurrence counts and fallback aliases of one attempt, and the key formulas."""
+
+    fingerprinter: Fingerprinter = field(default_factory=Fingerprinter)
+    lineage: str = _START
+    model_steps: int = 0
+    """Model steps so far in this attempt (a fallback's retry of a step does not count twice)."""
+    failed_closed: bool = False
+    """A request could not be fingerprinted: nothing after it gets a key."""
+    _occurrences: Counter[str] = field(default_factory=Counter)
+    _failed_request: _FailedRequest | None = None
+
+    def use_release_0_1_0_keys(self) -> None:
+        """Key model steps as release 0.1.0 did (its caches keep response timestamps in the digest)."""
+        self.fingerprinter.digests = MessageDigests(keep_response_timestamps=True)
+
+    # --- model steps ---------------------------------------------------------------------------
+
+    def next_model_key(
+        self, model: Model, messages: Sequence[ModelMessage], settings: Any, parameters: Any
+    ) -> ModelKey:
+        """The key of the next model request, and its place in the chain."""
+        self.model_steps += 1
+        number = self.model_steps
+        label = f"{model.system}:{model.model_name}"
+        failed, self._failed_request = self._failed_request, None
+        if self.failed_closed:
+            return ModelKey(number=number, label=label, key=None)
+        try:
+            prepared_settings, prepared_parameters = model.prepare_request(settings, parameters)
+            fingerprint = self.fingerprinter.request(
+                model_identity=label,
+                messages=messages,
+                settings=prepared_settings,
+                parameters=prepared_parameters,
+            )
+        except FingerprintError as error:
+            self.failed_closed = True
+            return ModelKey(number=number, label=label, key=None, failure=str(error))
+        lineage = self.lineage
+        aliases: tuple[str, ...] = ()
+        conversation = fingerprint.conversation
+        if failed is not None and failed.conversation == conversation:
+            # The same conversation asked again right after a request that raised: another try of the same
+            # step (a fallback model, a retrying capability). It takes that step's place in the chain, and
+            # its answer is also stored under the failed requests' keys, so that a retry replays it whichever
+            # model is asked first; the chain continues from the first key, whichever model answered.
+            self.model_steps -= 1
+            number, lineage, aliases = failed.number, failed.lineage, failed.keys
+        key = self._take(_MODEL_KEY, fingerprint.digest, self._occurrences, lineage)
+        self.lineage = aliases[0] if aliases else key
+        return ModelKey(
+            number=number,
+            label=label,
+            key=key,
+            components=fingerprint.components,
+            conversation=conversation,
+            lineage=lineage,
+            aliases=aliases,
+        )
+
+    def model_request_failed(self, step: ModelKey) -> None:
+        """The request was sent and raised: if the same conversation is asked next (a fallback), it is this step."""
+        if step.key is not None:
+            self._failed_request = _FailedRequest(
+                step.conversation, step.number, step.lineage, (*step.aliases, step.key)
+            )
+
+    # --- tool calls and decisions --------------------------------------------------------------
+
+    def tool_key(self, name: str, raw_arguments: Any, call_id: str | None, messages: Sequence[ModelMessage]) -> str:
+        """The key of a tool (or ``"kind:name"`` output function) call; raises ``FingerprintError``."""
+        base = self._tool_base(name, raw_arguments, call_id, self.fingerprinter.conversation(messages))
+        return self._take(_TOOL_KEY, base, self._occurrences)
+
+    def predicted_tool_keys(self, messages: Sequence[ModelMessage], response: ModelResponse) -> list[str]:
+        """The keys the tool calls of ``response`` will have, without using up any occurrence.
+
+        A call that cannot be fingerprinted is left out (it will run live).
+        """
+        calls = [part for part in response.parts if isinstance(part, ToolCallPart)]
+        if not calls:
+            return []
+        conversation = self.fingerprinter.conversation([*messages, response])
+        occurrences = Counter(self._occurrences)
+        keys: list[str] = []
+        for call in calls:
+            try:
+                base = self._tool_base(call.tool_name, call.args, call.tool_call_id, conversation)
+            except FingerprintError:
+                continue
+            keys.append(self._take(_TOOL_KEY, base, occurrences))
+        return keys
+
+    def decision_key(self, call: ToolCallPart, messages: Sequence[ModelMessage]) -> str:
+        """The key of the decision on ``call``: the tool formula over the conversation up to the answer that
+        made the call; raises ``FingerprintError``."""
+        asked_at = len(messages)
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if isinstance(message, ModelResponse) and any(
+                isinstance(part, ToolCallPart) and part.tool_call_id == call.tool_call_id for part in message.parts
+            ):
+                asked_at = index + 1
+                break
+        conversation = self.fingerprinter.conversation(list(messages[:asked_at]))
+        base = self._tool_base(f"decision:{call.tool_name}", call.args, call.tool_call_id, conversation)
+        return self._take(_DECISION_KEY, base, self._occurrences)
+
+    def _tool_base(self, name: str, raw_arguments: Any, call_id: str | None, conversation: str) -> str:
+        return self.fingerprinter.tool_call(
+            tool_name=name,
+            raw_arguments=raw_arguments,
+            tool_call_id=call_id,
+            conversation=conversation,
+            lineage=self.lineage,
+        )
+
+    @staticmethod
+    def _take(namespace: str, base: str, occurrences: Counter[str], *chain: str) -> str:
+        occurrence = occurrences[base]
+        occurrences[base] += 1
+        return digest(namespace, base, str(occurrence), *chain)

@@ -1,0 +1,149 @@
+"""One model request of a durable attempt: replayed from its entry, or run live and recorded.
+
+:meth:`ModelStep.replay_or_run` is the step protocol (the toolset's and output functions' steps have
+the same method). A streamed request cannot be one awaitable, so the caching model uses the two
+halves it is made of, :meth:`ModelStep.take_replay` and :meth:`ModelStep.record`.
+
+Guarantees: a response that was not read to its end (a stream left early) is never recorded; a
+request that raised records nothing; a step without a key (fail closed) runs live and is counted as
+not persisted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from pydantic_ai.messages import ModelResponse
+
+from airflow_pydantic_ai.durable.codec import decode_response, encode_response
+from airflow_pydantic_ai.durable.entry import StepEntry, entry_name
+from airflow_pydantic_ai.durable.keys import ModelKey
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.run import DurableRun
+
+__all__ = ["ModelStep"]
+
+
+@dataclass
+class ModelStep:
+    """A model request of a durable run, replayed or live."""
+
+    run: DurableRun
+    place: ModelKey
+    replayed: ModelResponse | None = None
+    replayed_usage: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def number(self) -> int:
+        return self.place.number
+
+    @property
+    def label(self) -> str:
+        return self.place.label
+
+    @property
+    def key(self) -> str | None:
+        return self.place.key
+
+    @property
+    def entry_name(self) -> str:
+        return entry_name("model", self.key or "")
+
+    def load(self, entry: StepEntry) -> bool:
+        """Take the recorded response from ``entry``; False (with a warning) when it cannot be rebuilt."""
+        try:
+            self.replayed = decode_response(entry.payload["response"])
+        except Exception as error:
+            self.run.log.warning(
+                "Durable: cache entry %s%s cannot be rebuilt (%s); model step %d runs live",
+                self.run.store.location,
+                entry.name,
+                error,
+                self.number,
+            )
+            return False
+        self.replayed_usage = entry.usage
+        return True
+
+    async def replay_or_run(self, request: Callable[[], Awaitable[ModelResponse]]) -> ModelResponse:
+        """The recorded response; or ``request()`` live, recorded."""
+        replayed = self.take_replay()
+        if replayed is not None:
+            return replayed
+        try:
+            response = await request()
+        except BaseException as error:
+            self.record_failure(error)
+            raise
+        self.record(response)
+        return response
+
+    def take_replay(self) -> ModelResponse | None:
+        """The cached response, counted as replayed, or None if the step must run live."""
+        if self.replayed is None:
+            return None
+        run = self.run
+        run.stats.model_replayed(self.entry_name, self.replayed_usage)
+        run.ledger.replayed_requests += 1
+        run.last_answer.model_entries = [self.entry_name]
+        run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
+        return self.replayed
+
+    def record_failure(self, error: BaseException) -> None:
+        """The request was sent but raised: counted as executed, nothing to cache."""
+        self.run.stats.executed.model += 1
+        self.run.keys.model_request_failed(self.place)
+        self.run.log.info(
+            "Durable: model step %d (%s) failed after %.2f s (%s)",
+            self.number,
+            self.label,
+            time.monotonic() - self.started,
+            type(error).__name__,
+        )
+
+    def record(self, response: ModelResponse, *, complete: bool = True) -> None:
+        """The request ran live: count it, and store its response (with the keys of the tries that failed before)."""
+        run = self.run
+        run.stats.executed.model += 1
+        run.log.info(
+            "Durable: model step %d (%s) ran live in %.2f s",
+            self.number,
+            self.label,
+            time.monotonic() - self.started,
+        )
+        if self.key is None:
+            run.writer.skipped()
+            return
+        if not complete:
+            run.writer.skipped()
+            run.log.warning(
+                "Durable: model step %d (%s) was not read to its end (%s); it is not cached",
+                self.number,
+                self.label,
+                response.state,
+            )
+            return
+        usage = {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens}
+        entry = StepEntry(
+            kind="model",
+            key=self.key,
+            step=self.number,
+            attempt=run.attempt,
+            label=self.label,
+            payload={"response": encode_response(response)},
+            components=self.place.components,
+            usage=usage,
+            recorded_at=time.time(),
+        )
+        what = f"model step {self.number} ({self.label})"
+        run.last_answer.model_entries = [entry.name]
+        run.writer.persist(entry, what)
+        for alias in self.place.aliases:
+            copy = replace(entry, key=alias)
+            run.last_answer.model_entries.append(copy.name)
+            run.writer.persist(copy, f"{what} (also as the try that failed before it)")

@@ -1,0 +1,97 @@
+"""What one attempt replayed and executed, what the replay saved, and the summary line it logs.
+
+Steps update an :class:`AttemptStats` as they end; nothing else counts. The summary line's wording is
+fixed (:data:`SUMMARY_TEMPLATE`): dashboards and alerts grep for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["SUMMARY_TEMPLATE", "AttemptStats", "StepCounts", "TaskLogger", "empty_summary", "format_summary"]
+
+SUMMARY_TEMPLATE = (
+    "Durable: replayed {replayed} cached steps ({replayed_model} model, {replayed_tool} tool), "
+    "executed {executed} new steps ({executed_model} model, {executed_tool} tool)"
+)
+"""The summary every attempt logs at INFO. Dashboards grep for it: never change its wording."""
+
+
+class TaskLogger(Protocol):
+    """What the durable package logs through: Airflow's task logger, or any ``logging.Logger``."""
+
+    def info(self, msg: Any, /, *args: Any, **kwargs: Any) -> Any: ...
+    def warning(self, msg: Any, /, *args: Any, **kwargs: Any) -> Any: ...
+    def error(self, msg: Any, /, *args: Any, **kwargs: Any) -> Any: ...
+    def debug(self, msg: Any, /, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@dataclass
+class StepCounts:
+    model: int = 0
+    tool: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.model + self.tool
+
+
+def format_summary(replayed: StepCounts, executed: StepCounts) -> str:
+    """The summary line for these counts."""
+    return SUMMARY_TEMPLATE.format(
+        replayed=replayed.total,
+        replayed_model=replayed.model,
+        replayed_tool=replayed.tool,
+        executed=executed.total,
+        executed_model=executed.model,
+        executed_tool=executed.tool,
+    )
+
+
+def empty_summary() -> str:
+    """The summary of an attempt that failed before its durable run could start."""
+    return format_summary(StepCounts(), StepCounts())
+
+
+@dataclass
+class AttemptStats:
+    """Counts of one attempt, in the terms of the summary line."""
+
+    replayed: StepCounts = field(default_factory=StepCounts)
+    executed: StepCounts = field(default_factory=StepCounts)
+    saved_input_tokens: int = 0
+    saved_output_tokens: int = 0
+    replayed_entries: list[str] = field(default_factory=list)
+    """Names of the entries replayed, in order (fault drills compare them with what a crash left)."""
+    bytes_read: int = 0
+    """What loading the cache read at the start of the attempt."""
+    entries_skipped: int = 0
+    """Entries the load ignored (damaged, foreign, another release's), each with a warning."""
+
+    def model_replayed(self, entry_name: str, usage: dict[str, Any]) -> None:
+        self.replayed.model += 1
+        self.saved_input_tokens += int(usage.get("input_tokens") or 0)
+        self.saved_output_tokens += int(usage.get("output_tokens") or 0)
+        self.replayed_entries.append(entry_name)
+
+    def tool_replayed(self, entry_name: str) -> None:
+        self.replayed.tool += 1
+        self.replayed_entries.append(entry_name)
+
+    def summary(self) -> str:
+        return format_summary(self.replayed, self.executed)
+
+    def log(self, log: TaskLogger, *, not_persisted: int, what_next: str) -> None:
+        """The summary line at INFO, then what the replay saved and what was not persisted."""
+        log.info(self.summary())
+        if self.replayed.total:
+            log.info(
+                "Durable: the replay saved %d model requests (%d input tokens, %d output tokens) and %d tool calls",
+                self.replayed.model,
+                self.saved_input_tokens,
+                self.saved_output_tokens,
+                self.replayed.tool,
+            )
+        if not_persisted:
+            log.warning("Durable: %d steps of this attempt were not persisted and %s", not_persisted, what_next)

@@ -1,0 +1,250 @@
+"""One tool call (or output function call) of a durable attempt: replayed from its entry, or run and recorded.
+
+The outcomes that are recorded: a return value, a ``ModelRetry`` or ``ToolFailed`` the tool raised, and
+a retry already in pydantic-ai's own form (``ToolRetryError``). Any other exception records nothing:
+the call ran (its side effects may have happened) but has no outcome to keep, so a retry runs it again.
+
+A synchronous tool runs in a thread that cannot be interrupted. When a sibling call fails and
+pydantic-ai cancels this one, its side effect happens anyway, so its result is still recorded when the
+thread finishes. When the whole run is cancelled (the task's ``execution_timeout``), the wait is bounded
+by :data:`CANCELLED_RUN_GRACE`: the task ends when Airflow says, and a late result is not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic import TypeAdapter
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed, ToolRetryError
+from pydantic_ai.messages import RetryFeedbackPart, ToolReturnPart
+
+from airflow_pydantic_ai.durable.codec import UnsupportedValue, decode_value, encode_value
+from airflow_pydantic_ai.durable.entry import StepEntry, entry_name
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.run import DurableRun
+
+__all__ = ["CANCELLED_RUN_GRACE", "ToolStep"]
+
+CANCELLED_RUN_GRACE = 2.0
+"""Seconds a synchronous tool still has to finish once the whole run is cancelled (Airflow's
+``execution_timeout``, a SIGTERM, Ctrl-C): its result is recorded if it comes within them; after
+them the run ends and the tool's thread is left to finish on its own, unrecorded."""
+_POLL = 0.1
+_RAISED_OUTCOMES: dict[str, type[Exception]] = {"ModelRetry": ModelRetry, "ToolFailed": ToolFailed}
+_RETRY_PART: TypeAdapter[RetryFeedbackPart | ToolReturnPart] = TypeAdapter(RetryFeedbackPart | ToolReturnPart)
+
+
+@dataclass
+class ToolStep:
+    """A tool call (or output function call) of a durable run, replayed or live; counted as a tool step."""
+
+    run: DurableRun
+    label: str
+    tool_name: str
+    key: str | None
+    is_tool: bool = True
+    """A function tool (False: an output function, which pydantic-ai does not count as a tool call)."""
+    call_id: str | None = None
+    replayed: tuple[Any] | None = None
+    replayed_error: Exception | None = None
+    started: float = field(default_factory=time.monotonic)
+    abandoned: bool = False
+    """The run ended before this live call did: whatever it returns later is not recorded."""
+
+    @property
+    def entry_name(self) -> str:
+        return entry_name("tool", self.key or "")
+
+    @property
+    def is_replay(self) -> bool:
+        return self.replayed is not None or self.replayed_error is not None
+
+    def load(self, entry: StepEntry) -> None:
+        """Take the recorded outcome from ``entry`` (a damaged one is ignored with a warning: the call runs live)."""
+        outcome = entry.payload.get("outcome")
+        try:
+            if outcome == "return":
+                self.replayed = (decode_value(entry.payload["value"]),)
+            elif outcome in _RAISED_OUTCOMES:
+                self.replayed_error = _RAISED_OUTCOMES[outcome](str(entry.payload["message"]))
+            elif outcome == "ToolRetryError":
+                self.replayed_error = ToolRetryError(_RETRY_PART.validate_python(entry.payload["part"]))
+            else:
+                raise UnsupportedValue(f"unknown outcome {outcome!r}")
+        except Exception as error:  # whatever is wrong with the stored outcome, run the call live
+            self.run.log.warning(
+                "Durable: cache entry %s%s cannot be rebuilt (%s); %s runs live",
+                self.run.store.location,
+                entry.name,
+                error,
+                self.label,
+            )
+            self.replayed, self.replayed_error = None, None
+
+    async def replay_or_run(self, call: Callable[[], Awaitable[Any]], *, in_thread: bool = False) -> Any:
+        """The recorded outcome; or ``call()`` live, recorded. ``in_thread``: the call runs in a worker thread
+        that a cancellation cannot stop (a sync tool), so its outcome is still recorded when it comes."""
+        if self.is_replay:
+            return self.replay()
+        if in_thread:
+            return await self._recorded_even_if_cancelled(call())
+        return await self._recorded(call())
+
+    def replay(self) -> Any:
+        """Return (or raise) what the tool did when it was recorded."""
+        run = self.run
+        run.stats.tool_replayed(self.entry_name)
+        run.log.info("Durable: %s replayed from the cache", self.label)
+        if self.replayed_error is not None:
+            if not isinstance(self.replayed_error, ToolFailed):  # a retry: it may be what makes the run fail
+                run.last_answer.drew_retry(self.entry_name, self.label, type(self.replayed_error).__name__)
+            raise self.replayed_error
+        assert self.replayed is not None
+        if self.is_tool:
+            run.ledger.replayed_tool_returns += 1
+        return self.replayed[0]
+
+    # --- running live ----------------------------------------------------------------------------
+
+    async def _recorded(self, call: Awaitable[Any]) -> Any:
+        """Await a live call and record its outcome."""
+        try:
+            result = await call
+        except (ModelRetry, ToolFailed) as error:
+            self._record_raise(error)
+            raise
+        except (ApprovalRequired, CallDeferred):
+            # Not an outcome: the call waits for a decision (or for work done elsewhere) and is made again after it.
+            self.run.log.info("Durable: %s asks for approval", self.label)
+            raise
+        except ToolRetryError as error:  # a retry pydantic-ai already wrapped (an output function's, for text output)
+            self._record_retry_signal(error)
+            raise
+        except BaseException as error:  # it ran (its side effects may have happened) but has no outcome to keep
+            self._record_failure(error)
+            raise
+        self._record_return(result)
+        return result
+
+    async def _recorded_even_if_cancelled(self, call: Awaitable[Any]) -> Any:
+        task = asyncio.ensure_future(self._recorded(call))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await self._wait_for_thread(task)
+            raise
+
+    async def _wait_for_thread(self, task: asyncio.Future[Any]) -> None:
+        """Wait for a cancelled call's thread so its result is recorded: while only this call is cancelled (a
+        sibling failed), as long as it takes; once the whole run is cancelled, for the grace period only."""
+        run_task = self.run.run_task
+        run_cancelled_at: float | None = None
+        with anyio.CancelScope(shield=True):
+            while not task.done():
+                if run_cancelled_at is None and _is_cancelled(run_task):
+                    run_cancelled_at = time.monotonic()
+                if run_cancelled_at is not None and time.monotonic() - run_cancelled_at >= CANCELLED_RUN_GRACE:
+                    self._abandon(CANCELLED_RUN_GRACE)
+                    return
+                await asyncio.wait({task}, timeout=_POLL)
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what propagates
+
+    def _abandon(self, grace: float) -> None:
+        """The run was cancelled and this call's thread did not finish within ``grace`` seconds."""
+        self.abandoned = True
+        self.run.stats.executed.tool += 1
+        self.run.writer.skipped()
+        self.run.log.warning(
+            "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
+            "result is not recorded and it runs again on a retry",
+            self.label,
+            grace,
+            time.monotonic() - self.started,
+        )
+
+    # --- recording outcomes ----------------------------------------------------------------------
+
+    def _finish(self) -> int:
+        self.run.stats.executed.tool += 1
+        self.run.log.info("Durable: %s ran live in %.2f s", self.label, time.monotonic() - self.started)
+        if self.key is None:
+            self.run.writer.skipped()
+        return self.run.keys.model_steps
+
+    def _record_return(self, value: Any) -> None:
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
+        step_number = self._finish()
+        if self.key is None:
+            return
+        try:
+            encoded = encode_value(value)
+        except UnsupportedValue as error:
+            self.run.writer.skipped()
+            self.run.log.warning("Durable: the result of %s is not cached: %s", self.label, error)
+            return
+        self._write(step_number, {"outcome": "return", "value": encoded})
+
+    def _record_failure(self, error: BaseException) -> None:
+        """The tool ran and raised (or was cancelled): counted as executed; a retry runs it again."""
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
+        self.run.stats.executed.tool += 1
+        # The run fails (if it does) because of this call, not because of the model answer that asked
+        # for it: that answer must stay cached, or its other tool calls would happen again.
+        self.run.last_answer.failed_call = True
+        self.run.log.info(
+            "Durable: %s failed after %.2f s (%s); it is not cached and %s",
+            self.label,
+            time.monotonic() - self.started,
+            type(error).__name__,
+            self.run.outlook.what_next(),
+        )
+
+    def _record_raise(self, error: ModelRetry | ToolFailed) -> None:
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
+        step_number = self._finish()
+        if self.key is None:
+            return
+        if isinstance(error, ModelRetry):  # ToolFailed costs no retry: it can never exhaust them
+            self.run.last_answer.drew_retry(self.entry_name, self.label, "ModelRetry")
+        self._write(step_number, {"outcome": type(error).__name__, "message": error.message})
+
+    def _record_retry_signal(self, error: ToolRetryError) -> None:
+        """A retry already in pydantic-ai's own form: stored as the part it sends the model, replayed as is."""
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
+        step_number = self._finish()
+        if self.key is None:
+            return
+        part = _RETRY_PART.dump_python(error.tool_retry, mode="json")
+        self.run.last_answer.drew_retry(self.entry_name, self.label, "ToolRetryError")
+        self._write(step_number, {"outcome": "ToolRetryError", "part": part})
+
+    def _write(self, step_number: int, payload: dict[str, Any]) -> None:
+        assert self.key is not None
+        entry = StepEntry(
+            kind="tool",
+            key=self.key,
+            step=step_number,
+            attempt=self.run.attempt,
+            label=self.tool_name,
+            payload=payload,
+            call_id=self.call_id,
+            role="tool" if self.is_tool else "output",
+            recorded_at=time.time(),
+        )
+        self.run.writer.persist(entry, self.label)
+
+
+def _is_cancelled(run_task: asyncio.Task[Any] | None) -> bool:
+    """Whether the agent run as a whole is being cancelled (unknown counts as yes: never wait unbounded)."""
+    return run_task is None or run_task.done() or run_task.cancelling() > 0
