@@ -33,20 +33,18 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RequestUsage
 
+from airflow_pydantic_ai.durable.roundtrip import MAX_DEPTH, MAX_INT_BITS, is_plain_json, same, undeclared_state
+
 __all__ = [
     "UnsupportedValue",
     "decode_response",
     "decode_value",
     "encode_response",
     "encode_value",
-    "is_plain_json",
     "iter_text",
 ]
 
 _RESPONSE_ADAPTER: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
-_MAX_DEPTH = 200
-_MAX_INT_BITS = 13_000
-"""About 3,900 decimal digits: Python refuses to write an int of more than 4,300 digits as JSON."""
 
 
 class UnsupportedValue(ValueError):
@@ -64,24 +62,6 @@ def decode_response(data: Any) -> ModelResponse:
     return replace(response, usage=RequestUsage())
 
 
-def is_plain_json(value: Any, _depth: int = 0) -> bool:
-    """Whether ``value`` is made only of exact JSON types (no subclasses, str keys, finite floats)."""
-    if _depth > _MAX_DEPTH:
-        return False
-    kind = type(value)
-    if value is None or kind is str or kind is bool:
-        return True
-    if kind is int:
-        return value.bit_length() <= _MAX_INT_BITS
-    if kind is float:
-        return math.isfinite(value)
-    if kind is list:
-        return all(is_plain_json(item, _depth + 1) for item in value)
-    if kind is dict:
-        return all(type(key) is str and is_plain_json(item, _depth + 1) for key, item in value.items())
-    return False
-
-
 def encode_value(value: Any) -> dict[str, Any]:
     """Tagged JSON for a tool result; raises :class:`UnsupportedValue` if it cannot be rebuilt exactly."""
     if is_plain_json(value):
@@ -89,7 +69,7 @@ def encode_value(value: Any) -> dict[str, Any]:
     try:
         encoded = _encode(value, 0)
         # The stored form must give back the same value, type for type, or a replay would differ.
-        if not _same(_decode(encoded, 0), value, 0):
+        if not same(_decode(encoded, 0), value):
             raise UnsupportedValue(f"a {type(value).__name__} does not come back identical from its JSON form")
     except UnsupportedValue:
         raise
@@ -207,10 +187,10 @@ def _json(node: dict[str, Any]) -> bool:
 
 
 def _encode(value: Any, depth: int) -> dict[str, Any]:
-    if depth > _MAX_DEPTH:
+    if depth > MAX_DEPTH:
         raise UnsupportedValue("it is nested too deeply")
     kind = type(value)
-    if kind is int and value.bit_length() > _MAX_INT_BITS:
+    if kind is int and value.bit_length() > MAX_INT_BITS:
         raise UnsupportedValue("an int of more than 3,900 digits cannot be stored as JSON")
     if value is None or kind is str or kind is bool or kind is int or (kind is float and math.isfinite(value)):
         return {"type": "json", "value": value}
@@ -253,30 +233,14 @@ def _encode(value: Any, depth: int) -> dict[str, Any]:
             node["extra"] = _encode(dict(value.__pydantic_extra__), depth + 1)
         if value.__pydantic_private__ is not None:
             node["private"] = _encode(dict(value.__pydantic_private__), depth + 1)
-        _add_attributes(node, value, _undeclared_state(value, kind.model_fields), depth)
+        _add_attributes(node, value, undeclared_state(value, kind.model_fields), depth)
         return node
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = [item.name for item in dataclasses.fields(value)]
         node = {"type": "dataclass", "class": _class_path(kind), "fields": _fields_of(value, names, depth)}
-        _add_attributes(node, value, _undeclared_state(value, names), depth)
+        _add_attributes(node, value, undeclared_state(value, names), depth)
         return node
     return _encode_adapted(value)
-
-
-def _undeclared_state(value: Any, declared: Any) -> list[str]:
-    """Attributes beyond the declared fields: set by ``__post_init__`` / ``model_post_init``, cached
-    properties, slots declared by a plain base class. They must come back too, or a replay is short."""
-    names = [name for name in getattr(value, "__dict__", {}) if name not in declared]
-    for cls in type(value).__mro__:
-        slots = cls.__dict__.get("__slots__", ())
-        for slot in (slots,) if isinstance(slots, str) else slots:
-            if slot.startswith("__") and not slot.endswith("__"):
-                slot = f"_{cls.__name__.lstrip('_')}{slot}"  # a private slot is stored under its mangled name
-            if slot.startswith("__") or slot in declared or slot in names:
-                continue  # __dict__, __weakref__, pydantic's own slots
-            if hasattr(value, slot):
-                names.append(slot)
-    return names
 
 
 def _add_attributes(node: dict[str, Any], value: Any, names: list[str], depth: int) -> None:
@@ -372,7 +336,7 @@ def _decode_subclassed(node: dict[str, Any], base: type, build: Callable[[type],
 
 
 def _decode(node: Any, depth: int) -> Any:
-    if depth > _MAX_DEPTH:
+    if depth > MAX_DEPTH:
         raise UnsupportedValue("it is nested too deeply")
     if not isinstance(node, dict):
         raise UnsupportedValue(f"a stored node is a {type(node).__name__}, not an object")
@@ -424,60 +388,3 @@ def _decode(node: Any, depth: int) -> Any:
         names = [item.name for item in dataclasses.fields(cls)]
         return _rebuilt(cls, {**_decode_fields(node, names, depth), **_decode_attributes(node, depth)})
     raise UnsupportedValue(f"unknown stored value type {kind!r}")
-
-
-# --- the round-trip check ------------------------------------------------------------------------
-
-
-def _same(rebuilt: Any, original: Any, depth: int) -> bool:
-    """Equal, and of the same type at every level (``1 == 1.0 == True`` is not the same here)."""
-    if depth > _MAX_DEPTH or type(rebuilt) is not type(original):
-        return False
-    kind = type(original)
-    if kind is float:
-        return rebuilt == original or (math.isnan(rebuilt) and math.isnan(original))
-    if kind is list or kind is tuple:
-        return len(rebuilt) == len(original) and all(
-            _same(a, b, depth + 1) for a, b in zip(rebuilt, original, strict=True)
-        )
-    if kind is dict:
-        if len(rebuilt) != len(original):
-            return False
-        return all(
-            _same(a_key, b_key, depth + 1) and _same(a_item, b_item, depth + 1)
-            for (a_key, a_item), (b_key, b_item) in zip(rebuilt.items(), original.items(), strict=True)
-        )
-    if kind is set or kind is frozenset:
-        # Members are hashable: pair each rebuilt member with the original member it equals.
-        members = {member: member for member in original}
-        return rebuilt == original and all(_same(member, members[member], depth + 1) for member in rebuilt)
-    if isinstance(original, (dt.date, dt.time, dt.timedelta)):
-        # Equal instants are not enough: the zone (its type and name), the fold and any subclass state must
-        # come back too, and a subclass's repr shows what its equality may not compare.
-        clock: Any = rebuilt, original  # datetimes and times have a zone and a fold; dates, durations not
-        return (
-            rebuilt == original
-            and repr(rebuilt) == repr(original)
-            and type(getattr(clock[0], "tzinfo", None)) is type(getattr(clock[1], "tzinfo", None))
-            and (getattr(clock[1], "tzinfo", None) is None or clock[0].tzname() == clock[1].tzname())
-            and getattr(clock[0], "fold", 0) == getattr(clock[1], "fold", 0)
-        )
-    if isinstance(original, BaseModel):
-        names = list(kind.model_fields)
-        extra = _undeclared_state(original, names)
-        return (
-            rebuilt.model_fields_set == original.model_fields_set
-            and _undeclared_state(rebuilt, names) == extra
-            and _same_attributes(rebuilt, original, names + extra, depth)
-            and _same(rebuilt.__pydantic_extra__, original.__pydantic_extra__, depth + 1)
-            and _same(rebuilt.__pydantic_private__, original.__pydantic_private__, depth + 1)
-        )
-    if dataclasses.is_dataclass(original):
-        names = [item.name for item in dataclasses.fields(original)]
-        extra = _undeclared_state(original, names)
-        return _undeclared_state(rebuilt, names) == extra and _same_attributes(rebuilt, original, names + extra, depth)
-    return bool(rebuilt == original)
-
-
-def _same_attributes(rebuilt: Any, original: Any, names: list[str], depth: int) -> bool:
-    return all(_same(getattr(rebuilt, name), getattr(original, name), depth + 1) for name in names)

@@ -17,11 +17,9 @@ attempt, also one that failed.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
@@ -29,14 +27,16 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
 from airflow_pydantic_ai.durable.attempts import AttemptRecord, record_attempt
-from airflow_pydantic_ai.durable.codec import UnsupportedValue, decode_value, encode_value
+from airflow_pydantic_ai.durable.cleanup import delete_after_success, discard_earlier_run, tidy_failed_try
+from airflow_pydantic_ai.durable.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.divergence import Divergence
-from airflow_pydantic_ai.durable.entry import RESULT_ENTRY, RESULT_KEY, StepEntry, entry_name
+from airflow_pydantic_ai.durable.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.fingerprint import FingerprintError
 from airflow_pydantic_ai.durable.keys import Fingerprinter, KeyChain
 from airflow_pydantic_ai.durable.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.model_step import ModelStep
+from airflow_pydantic_ai.durable.result import RecordedOutput, find_recorded_output, output_entry
 from airflow_pydantic_ai.durable.stats import AttemptStats, StepCounts, TaskLogger
 from airflow_pydantic_ai.durable.store import StepStore
 from airflow_pydantic_ai.durable.tool_step import ToolStep
@@ -46,15 +46,7 @@ from airflow_pydantic_ai.durable.writer import StepWriter, StorageErrors, TryOut
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.decision import DecisionStep
 
-__all__ = ["DurableRun", "RecordedOutput"]
-
-
-@dataclass(frozen=True)
-class RecordedOutput:
-    """The output an earlier try pushed to XCom before it was killed, found in the cache."""
-
-    value: Any
-    attempt: int
+__all__ = ["DurableRun"]
 
 
 def _no_secrets(value: Any) -> bool:
@@ -118,7 +110,7 @@ class DurableRun:
             writer.load_failed(error)
             return run
         if loaded.entries and belongs is not None and not belongs({entry.attempt for entry in loaded.entries.values()}):
-            run._discard_earlier_run(loaded.entries)
+            discard_earlier_run(store, loaded.entries, attempt, log)
             return run
         run.entries = loaded.entries
         if any(entry.recorded_at is None for entry in loaded.entries.values()):
@@ -271,47 +263,10 @@ class DurableRun:
     # --- the output ----------------------------------------------------------------------------------
 
     def recorded_output(self) -> RecordedOutput | None:
-        """The output the previous try recorded before it was killed, if the cache holds it.
-
-        Only the try right after the one that recorded it takes it (each try that returns it records it
-        again as its own): an older result entry can only come from a zombie try, whose output a later
-        run of the task instance must not take. Its steps still replay if their requests are unchanged.
-        """
-        entry = self.entries.get(RESULT_ENTRY)
-        if entry is None:
-            return None
-        where = f"{self.store.location}{entry.name}"
-        if not self.outlook.takes_recorded_output:
-            # A clear asks for a new run: the output is what a success left behind (its deletion was cut short).
-            self.log.warning(
-                "Durable: ignoring the output recorded by try %d in %s: this is the first try since the DAG run "
-                "started or the task was cleared, so the agent runs again (unchanged steps replay)",
-                entry.attempt,
-                where,
-            )
-            return None
-        if entry.attempt != self.attempt - 1:
-            self.log.warning(
-                "Durable: ignoring the output recorded by try %d in %s: only the try right after it may "
-                "return it (this is try %d); the run replays its steps instead",
-                entry.attempt,
-                where,
-                self.attempt,
-            )
-            return None
-        try:
-            value = decode_value(entry.payload["value"])
-        except Exception as error:
-            self.log.warning(
-                "Durable: cache entry %s cannot be rebuilt (%s); the run replays its steps instead", where, error
-            )
-            return None
-        self.log.info(
-            "Durable: try %d already produced this task's output, but its success was not recorded (the "
-            "worker was lost); returning that output without calling the model or any tool",
-            entry.attempt,
+        """The output the previous try recorded before it was killed, if the cache holds it (see ``result.py``)."""
+        return find_recorded_output(
+            self.entries, attempt=self.attempt, outlook=self.outlook, location=self.store.location, log=self.log
         )
-        return RecordedOutput(value=value, attempt=entry.attempt)
 
     def record_output(self, value: Any) -> None:
         """Store the output about to be pushed to XCom, so that a retry after a crash returns it as is.
@@ -321,21 +276,11 @@ class DurableRun:
         """
         what = "the task's output"
         try:
-            encoded = encode_value(value)
+            entry = output_entry(value, attempt=self.attempt, step=self.keys.model_steps)
         except UnsupportedValue as error:
             self.writer.skipped()
             self.log.warning("Durable: %s is not cached (%s); a retry replays the steps instead", what, error)
             return
-        entry = StepEntry(
-            kind="result",
-            key=RESULT_KEY,
-            step=self.keys.model_steps,
-            attempt=self.attempt,
-            label="output",
-            payload={"value": encoded},
-            role="result",
-            recorded_at=time.time(),
-        )
         self.writer.persist(entry, what, on_secret="it is not cached; a retry replays the steps instead")
 
     def usage_limits(self, limits: UsageLimits | None) -> UsageLimits | None:
@@ -386,23 +331,7 @@ class DurableRun:
 
     def end_failed_try(self) -> None:
         """This try failed: remove the folders it created and left empty; on the last try, say the cache is kept."""
-        try:
-            self.store.remove_empty_folders()
-            kept = self.store.exists()
-        except Exception as error:
-            self.log.debug("Durable: could not tidy %s: %s", self.store.location, describe_error(error))
-            return
-        if self.outlook.retry_coming or not kept:
-            return
-        how = f"rm -r '{self.store.root}' on this worker" if self.store.is_local else "delete that prefix"
-        if self.outlook.delete_hint:
-            how = f"run {self.outlook.delete_hint} ({how})"
-        self.log.info(
-            "Durable: no retry is coming, so the cache at %s is kept: clearing the task later resumes from it. "
-            "To start over instead, %s (or let a lifecycle rule expire it)",
-            self.store.location,
-            how,
-        )
+        tidy_failed_try(self.store, self.outlook, self.log)
 
     def finish(self) -> None:
         """Delete the cache: steps newest first, the result entry last (a failure here never fails the task).
@@ -410,23 +339,7 @@ class DurableRun:
         Call it once Airflow has recorded the task's success (the operator does, from a success callback).
         """
         self.finished = True
-        written = self.writer.written
-        recorded = sorted(
-            (entry for entry in self.entries.values() if entry.name not in written),
-            key=lambda entry: (entry.recorded_at or 0.0, entry.attempt, entry.step),
-        )
-        newest_first = [*reversed([entry.name for entry in recorded] + written)]
-        try:
-            self.store.clear(newest_first)
-        except Exception as error:
-            self.log.error(
-                "Durable: task succeeded but its cache at %s could not be deleted (%s); delete it by hand, "
-                "or let a bucket lifecycle rule expire it",
-                self.store.location,
-                describe_error(error),
-            )
-            return
-        self.log.info("Durable: task succeeded; deleted the cache at %s", self.store.location)
+        delete_after_success(self.store, self.entries, self.writer.written, self.log)
 
     def summary(self) -> str:
         return self.stats.summary()
@@ -443,36 +356,6 @@ class DurableRun:
         if not self.finished and (self.entries or self.writer.written):
             record = AttemptRecord(self.attempt, self.summary(), tuple(self.divergence.changes))
             record_attempt(self.store, record, warn=self.log.warning)
-
-    def _discard_earlier_run(self, entries: Mapping[str, StepEntry]) -> None:
-        tries = sorted({entry.attempt for entry in entries.values()})
-        stamps = sorted(entry.recorded_at for entry in entries.values() if entry.recorded_at is not None)
-        if stamps:
-            first, last = (_utc(stamp) for stamp in (stamps[0], stamps[-1]))
-            written = f"written {first}" if first == last else f"written from {first} to {last}"
-        else:
-            written = "written by release 0.1.0, time unknown"
-        self.log.warning(
-            "Durable: the cache at %s was left by an earlier run with the same ids, since deleted (%d steps "
-            "by tries %s, %s); this is try %d of a new run, so it is not replayed, and it is deleted",
-            self.store.location,
-            len(entries),
-            ", ".join(map(str, tries)),
-            written,
-            self.attempt,
-        )
-        try:
-            self.store.clear()
-        except Exception as error:
-            self.log.error(
-                "Durable: could not delete %s (%s); its steps are ignored by this run",
-                self.store.location,
-                describe_error(error),
-            )
-
-
-def _utc(stamp: float) -> str:
-    return datetime.fromtimestamp(stamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _raw_arguments(messages: Sequence[ModelMessage], tool_call_id: str | None, fallback: dict[str, Any]) -> Any:

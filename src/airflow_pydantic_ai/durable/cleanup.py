@@ -1,0 +1,96 @@
+"""Deleting a task instance's cache, and what a failed try leaves behind.
+
+Deleting after success removes the steps newest first and the result entry last (``StepStore.clear``),
+so a deletion cut short leaves the result, or the oldest steps of the chain. A failure to delete never
+fails the task: it is one ERROR line naming what to do. A cache left by an earlier DAG run with the
+same ids is deleted with one WARNING saying what it held; a failed try removes only the empty folders
+it created itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from airflow_pydantic_ai.durable.entry import StepEntry
+from airflow_pydantic_ai.durable.errors import describe_error
+from airflow_pydantic_ai.durable.stats import TaskLogger
+from airflow_pydantic_ai.durable.store import StepStore
+from airflow_pydantic_ai.durable.writer import TryOutlook
+
+__all__ = ["delete_after_success", "discard_earlier_run", "tidy_failed_try"]
+
+
+def delete_after_success(
+    store: StepStore, entries: Mapping[str, StepEntry], written: Sequence[str], log: TaskLogger
+) -> None:
+    """Delete the cache: the entries this attempt ``written`` and those it found, newest first."""
+    recorded = sorted(
+        (entry for entry in entries.values() if entry.name not in written),
+        key=lambda entry: (entry.recorded_at or 0.0, entry.attempt, entry.step),
+    )
+    newest_first = [*reversed([entry.name for entry in recorded] + list(written))]
+    try:
+        store.clear(newest_first)
+    except Exception as error:
+        log.error(
+            "Durable: task succeeded but its cache at %s could not be deleted (%s); delete it by hand, "
+            "or let a bucket lifecycle rule expire it",
+            store.location,
+            describe_error(error),
+        )
+        return
+    log.info("Durable: task succeeded; deleted the cache at %s", store.location)
+
+
+def discard_earlier_run(store: StepStore, entries: Mapping[str, StepEntry], attempt: int, log: TaskLogger) -> None:
+    """The cache was left by an earlier DAG run with the same ids: say what it held, and delete it."""
+    tries = sorted({entry.attempt for entry in entries.values()})
+    stamps = sorted(entry.recorded_at for entry in entries.values() if entry.recorded_at is not None)
+    if stamps:
+        first, last = (_utc(stamp) for stamp in (stamps[0], stamps[-1]))
+        written = f"written {first}" if first == last else f"written from {first} to {last}"
+    else:
+        written = "written by release 0.1.0, time unknown"
+    log.warning(
+        "Durable: the cache at %s was left by an earlier run with the same ids, since deleted (%d steps "
+        "by tries %s, %s); this is try %d of a new run, so it is not replayed, and it is deleted",
+        store.location,
+        len(entries),
+        ", ".join(map(str, tries)),
+        written,
+        attempt,
+    )
+    try:
+        store.clear()
+    except Exception as error:
+        log.error(
+            "Durable: could not delete %s (%s); its steps are ignored by this run",
+            store.location,
+            describe_error(error),
+        )
+
+
+def tidy_failed_try(store: StepStore, outlook: TryOutlook, log: TaskLogger) -> None:
+    """Remove the folders a failed try created and left empty; on the last try, say the cache is kept."""
+    try:
+        store.remove_empty_folders()
+        kept = store.exists()
+    except Exception as error:
+        log.debug("Durable: could not tidy %s: %s", store.location, describe_error(error))
+        return
+    if outlook.retry_coming or not kept:
+        return
+    how = f"rm -r '{store.root}' on this worker" if store.is_local else "delete that prefix"
+    if outlook.delete_hint:
+        how = f"run {outlook.delete_hint} ({how})"
+    log.info(
+        "Durable: no retry is coming, so the cache at %s is kept: clearing the task later resumes from it. "
+        "To start over instead, %s (or let a lifecycle rule expire it)",
+        store.location,
+        how,
+    )
+
+
+def _utc(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
