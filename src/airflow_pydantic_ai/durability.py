@@ -27,6 +27,8 @@ from airflow_pydantic_ai.durable import (
 )
 
 if TYPE_CHECKING:
+    from airflow.sdk import ObjectStoragePath
+
     from airflow_pydantic_ai.durable.stats import TaskLogger
 
 __all__ = [
@@ -63,7 +65,7 @@ def _configured(option: str, fallback: str) -> str:
     return str(conf.get(CONFIG_SECTION, option, fallback=fallback) or "").strip()
 
 
-def resolve_cache_path(override: str | None = None) -> Any:
+def resolve_cache_path(override: str | None = None) -> ObjectStoragePath:
     """The ``ObjectStoragePath`` of the cache base, checked.
 
     Raises :class:`~airflow_pydantic_ai.durable.DurableConfigError` naming the option and the fix.
@@ -265,8 +267,8 @@ class CacheBase:
     the same prefix the same way, and a misconfiguration gives both the same error.
     """
 
-    path: Any
-    """The ``ObjectStoragePath`` of the base, checked by :func:`resolve_cache_path`."""
+    path: ObjectStoragePath
+    """The base, checked by :func:`resolve_cache_path`."""
     cipher: Any
     timeout: float
 

@@ -15,6 +15,7 @@ from typing import Any, Literal, NoReturn
 
 from pydantic_ai.messages import ToolCallPart
 
+from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.approval.answer import read_answer
 from airflow_pydantic_ai.approval.request import PendingCall, build_request
 from airflow_pydantic_ai.approval.wait import RENDERED_FIELD, parks_for_input, publish_request, wait_for_answer
@@ -92,14 +93,6 @@ def _pending_call(step: DecisionStep) -> PendingCall:
     return PendingCall(ref=step.ref, tool_name=step.tool_name, call_id=step.call.tool_call_id, arguments=step.call.args)
 
 
-def _redact() -> Any:
-    try:
-        from airflow.sdk._shared.secrets_masker import redact
-    except ImportError:  # pragma: no cover - older task SDKs
-        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
-    return redact
-
-
 def _param(default: Any, *, description: str, **schema: Any) -> dict[str, Any]:
     from airflow.sdk import Param
 
@@ -135,7 +128,7 @@ def ask(
         calls,
         task_label=_task_label(context),
         prompt=prompt,
-        redact=_redact(),
+        redact=_compat.redact,
         reject_on_timeout=settings.on_timeout == "reject" and settings.timeout is not None,
         param=_param,
     )

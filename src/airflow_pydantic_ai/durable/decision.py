@@ -107,13 +107,8 @@ class DecisionStep:
         try:
             self.recorded = Decision.from_payload(entry.payload)
         except Exception as error:
-            self.run.log.warning(
-                "Durable: cache entry %s%s cannot be rebuilt (%s); the call %s (%s) is asked again",
-                self.run.store.location,
-                entry.name,
-                error,
-                self.tool_name,
-                self.call.tool_call_id,
+            self.run.entry_unusable(
+                entry, error, f"the call {self.tool_name} ({self.call.tool_call_id}) is asked again"
             )
 
     def record(self, decision: Decision) -> None:

@@ -59,13 +59,7 @@ class ModelStep:
         try:
             self.replayed = decode_response(entry.payload["response"])
         except Exception as error:
-            self.run.log.warning(
-                "Durable: cache entry %s%s cannot be rebuilt (%s); model step %d runs live",
-                self.run.store.location,
-                entry.name,
-                error,
-                self.number,
-            )
+            self.run.entry_unusable(entry, error, f"model step {self.number} runs live")
             return False
         self.replayed_usage = entry.usage
         return True

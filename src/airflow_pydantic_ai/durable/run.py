@@ -164,6 +164,12 @@ class DurableRun:
     def retry_storage_after(self, seconds: float) -> None:
         self.writer.backoff.retry_after = seconds
 
+    def entry_unusable(self, entry: StepEntry, error: object, consequence: str) -> None:
+        """One WARNING for an entry that cannot be rebuilt: it is never replayed, ``consequence`` happens instead."""
+        self.log.warning(
+            "Durable: cache entry %s%s cannot be rebuilt (%s); %s", self.store.location, entry.name, error, consequence
+        )
+
     def what_next(self, on_retry: str = "runs again on a retry") -> str:
         """What happens to a step that was not cached: ``on_retry``, unless this is the last try."""
         return self.outlook.what_next(on_retry)

@@ -78,13 +78,7 @@ class ToolStep:
             else:
                 raise UnsupportedValue(f"unknown outcome {outcome!r}")
         except Exception as error:  # whatever is wrong with the stored outcome, run the call live
-            self.run.log.warning(
-                "Durable: cache entry %s%s cannot be rebuilt (%s); %s runs live",
-                self.run.store.location,
-                entry.name,
-                error,
-                self.label,
-            )
+            self.run.entry_unusable(entry, error, f"{self.label} runs live")
             self.replayed, self.replayed_error = None, None
 
     async def replay_or_run(self, call: Callable[[], Awaitable[Any]], *, in_thread: bool = False) -> Any:
