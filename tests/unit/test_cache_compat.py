@@ -73,8 +73,6 @@ def test_a_0_1_0_cache_of_a_provider_that_stamps_its_answers_replays_every_step(
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from airflow_pydantic_ai.durable.fingerprint import MessageDigests
-
     stamps = iter(range(1_800_000_000, 1_900_000_000, 7))
     calls: list[str] = []
 
