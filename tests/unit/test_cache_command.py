@@ -1,6 +1,6 @@
 """The cache commands' pieces that need no metadata DB: encrypted caches, ages, the console script's parser.
 
-The commands themselves run as the real ``airflow`` CLI in tests/e2e/test_cache_cli.py; here ``show``
+The commands themselves run as the real ``airflow`` CLI in tests/system/test_cache_cli.py; here ``show``
 is called in-process on a cache written with and without the Fernet key.
 """
 
