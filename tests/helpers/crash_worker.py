@@ -47,10 +47,11 @@ import sys
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-IDENTITY = ("crash_dag", "manual__2026-11-22T04:00:00+00:00", "agent")
+from tests.helpers.durable import RecordingLog, task_identity
+
+IDENTITY = task_identity("crash_dag", "agent")
 KILL_KINDS = (
     "tool-start",
     "tool-done",
@@ -74,26 +75,6 @@ def expected_output(prompt: str, steps: int) -> str:
 
 
 # --- the job, inside the child ---------------------------------------------------------------------
-
-
-@dataclass
-class _Log:
-    lines: list[tuple[str, str]] = field(default_factory=list)
-
-    def _add(self, level: str, msg: str, *args: Any) -> None:
-        self.lines.append((level, msg % args if args else msg))
-
-    def info(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("info", msg, *args)
-
-    def warning(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("warning", msg, *args)
-
-    def error(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("error", msg, *args)
-
-    def debug(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("debug", msg, *args)
 
 
 class _KillPoints:
@@ -217,7 +198,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
     import airflow_pydantic_ai.durable.store as store_module
-    from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
+    from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore
     from airflow_pydantic_ai.durable.run import ModelStep, ToolStep
 
     if job.get("start_after"):  # a barrier: several jobs start together
@@ -278,14 +259,14 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         points.hit("tool-done")
         return result
 
-    log = _Log()
+    log = RecordingLog()
     filesystem: Any = fsspec.filesystem("file")
     if points.kind == "torn-direct":
         filesystem = _TornFileSystem(filesystem, points)
     if points.kind == "delete":
         filesystem = _CountedDeletes(filesystem, points)
     base = job["base"]
-    store = StepStore.for_task(filesystem, base, f"file://{base}", TaskIdentity(*IDENTITY), warn=log.warning)
+    store = StepStore.for_task(filesystem, base, f"file://{base}", IDENTITY, warn=log.warning)
     run = DurableRun.open(store, attempt=attempt, log=log, storage_errors=job.get("storage_errors", "warn"))
     started = time.monotonic()
     outcome: dict[str, Any] = {"pid": os.getpid()}
@@ -316,8 +297,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         executed={"model": run.executed.model, "tool": run.executed.tool},
         replayed_entries=replayed_entries,
         loaded_entries=sorted(run.entries),
-        warnings=[text for level, text in log.lines if level == "warning"],
-        errors=[text for level, text in log.lines if level == "error"],
+        warnings=log.at("warning"),
+        errors=log.at("error"),
         summary=run.summary(),
         root=store.root,
     )
