@@ -68,7 +68,7 @@ demo: install
 		|| (echo "demo: expected replay line not found; see .demo/dags_test.log"; exit 1)
 
 # Every tier (what CI runs). The tiers alone, fastest first (tests/README.rst: which test goes where):
-# test-unit in well under a minute, test-dags in minutes, test-system (the scheduler, servers) the longest.
+# test-unit in about a minute, test-dags in minutes, test-system (the scheduler, servers) the longest.
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
