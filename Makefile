@@ -6,7 +6,7 @@ DEMO_HOME := $(CURDIR)/.demo/airflow_home
 DEMO_ENV := AIRFLOW_HOME=$(DEMO_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/example_dags \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__UNIT_TEST_MODE=False
 
-.PHONY: install demo test lint format bench clean docs release-check matrix matrix-oldest matrix-newer-python matrix-list constraints
+.PHONY: install demo test test-unit test-dags test-system lint format bench clean docs release-check matrix matrix-oldest matrix-newer-python matrix-list constraints
 
 # Version matrix: one session per constraints/airflow-A-pydantic-ai-P.txt, each in its own venv
 # under .matrix/, installed with uv (from PyPI, into .tools/) because it installs a full Airflow
@@ -67,8 +67,19 @@ demo: install
 		&& echo "demo: the retry replayed the recorded steps (full log: .demo/dags_test.log)" \
 		|| (echo "demo: expected replay line not found; see .demo/dags_test.log"; exit 1)
 
+# Every tier (what CI runs). The tiers alone, fastest first (tests/README.rst: which test goes where):
+# test-unit in about a minute, test-dags in minutes, test-system (the scheduler, servers) the longest.
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+test-dags: install
+	$(BIN)/python -m pytest tests/dags $(PYTEST_ARGS)
+
+test-system: install
+	$(BIN)/python -m pytest tests/system $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check src tests example_dags bench scripts docs

@@ -1,4 +1,7 @@
-"""Test-session setup for Airflow 3.
+"""Test-session setup for Airflow 3, and the tiers (tests/README.rst says which test goes where).
+
+Each test gets the marker of its tier folder (``unit``, ``dags``, ``system``), so that
+``pytest -m unit`` selects the fast tier wherever the paths given are.
 
 Everything at module level runs when pytest imports this file, which happens before
 any test module (and therefore before anything imports ``airflow``). Airflow reads
@@ -44,6 +47,20 @@ atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
 
 import pytest  # noqa: E402
 from tests.helpers.s3 import S3Bucket, S3Server  # noqa: E402
+
+TIERS = ("unit", "dags", "system")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, the folder under tests/ it lives in; a test outside them is an error."""
+    tests = _REPO_ROOT / "tests"
+    for item in items:
+        tier = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else None
+        if tier not in TIERS:
+            raise pytest.UsageError(
+                f"{item.nodeid}: put it in one of tests/{', tests/'.join(TIERS)} (tests/README.rst)"
+            )
+        item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,10 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_ai import Agent, ModelRetry, ToolOutput
 from pydantic_ai.models.test import TestModel
-
-from airflow_pydantic_ai.durable import TaskIdentity
+from tests.helpers.durable import task_identity
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "cache_0_1_0"
-IDENTITY = TaskIdentity("fixture_dag", "manual__2026-11-23T10:00:00+00:00", "triage", -1)
+IDENTITY = task_identity("fixture_dag", "triage", run_id="manual__2026-11-23T10:00:00+00:00")
 
 
 class Triage(BaseModel):

@@ -47,10 +47,11 @@ import sys
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-IDENTITY = ("crash_dag", "manual__2026-11-22T04:00:00+00:00", "agent")
+from tests.helpers.durable import RecordingLog, task_identity
+
+IDENTITY = task_identity("crash_dag", "agent")
 KILL_KINDS = (
     "tool-start",
     "tool-done",
@@ -74,26 +75,6 @@ def expected_output(prompt: str, steps: int) -> str:
 
 
 # --- the job, inside the child ---------------------------------------------------------------------
-
-
-@dataclass
-class _Log:
-    lines: list[tuple[str, str]] = field(default_factory=list)
-
-    def _add(self, level: str, msg: str, *args: Any) -> None:
-        self.lines.append((level, msg % args if args else msg))
-
-    def info(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("info", msg, *args)
-
-    def warning(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("warning", msg, *args)
-
-    def error(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("error", msg, *args)
-
-    def debug(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("debug", msg, *args)
 
 
 class _KillPoints:
@@ -215,7 +196,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity, run_agent
+    from airflow_pydantic_ai.durable import DurableRun, StepStore, run_agent
 
     if job.get("start_after"):  # a barrier: several jobs start together
         deadline = time.monotonic() + 20
@@ -257,14 +238,14 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         points.hit("tool-done")
         return result
 
-    log = _Log()
+    log = RecordingLog()
     filesystem: Any = fsspec.filesystem("file")
     if points.kind == "torn-direct":
         filesystem = _TornFileSystem(filesystem, points)
     if points.kind == "delete":
         filesystem = _CountedDeletes(filesystem, points)
     base = job["base"]
-    store = StepStore.for_task(filesystem, base, f"file://{base}", TaskIdentity(*IDENTITY), warn=log.warning)
+    store = StepStore.for_task(filesystem, base, f"file://{base}", IDENTITY, warn=log.warning)
     store.local_files = _KillingLocalFiles(points)  # type: ignore[assignment]
     run = DurableRun.open(store, attempt=attempt, log=log, storage_errors=job.get("storage_errors", "warn"))
     started = time.monotonic()
@@ -296,8 +277,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         executed={"model": run.executed.model, "tool": run.executed.tool},
         replayed_entries=run.stats.replayed_entries,
         loaded_entries=sorted(run.entries),
-        warnings=[text for level, text in log.lines if level == "warning"],
-        errors=[text for level, text in log.lines if level == "error"],
+        warnings=log.at("warning"),
+        errors=log.at("error"),
         summary=run.summary(),
         root=store.root,
     )

@@ -5,35 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.durable import RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.approval.answer import ApprovalTimedOut, read_answer
 from airflow_pydantic_ai.approval.request import PendingCall, build_request, pretty_arguments
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable import DurableCapability, DurableRun
 from airflow_pydantic_ai.durable.approvals import WaitingForDecisions, run_until_decision_needed
 from airflow_pydantic_ai.durable.decision import Decision
 from airflow_pydantic_ai.durable.reader import CacheReader
 
-IDENTITY = TaskIdentity("dag", "run", "mail")
-
-
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def _add(self, msg: str, *args: Any, **kwargs: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    info = warning = error = debug = _add
+IDENTITY = task_identity("dag", "mail", run_id="run")
 
 
 def open_run(base: Path, attempt: int = 1) -> DurableRun:
-    log = Log()
-    store = StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", IDENTITY, warn=log.warning)
+    log = RecordingLog()
+    store = local_store(base, IDENTITY, warn=log.warning)
     return DurableRun.open(store, attempt=attempt, log=log)
 
 

@@ -1,6 +1,6 @@
 """The cache commands' pieces that need no metadata DB: encrypted caches, ages, the console script's parser.
 
-The commands themselves run as the real ``airflow`` CLI in tests/e2e/test_cache_cli.py; here ``show``
+The commands themselves run as the real ``airflow`` CLI in tests/system/test_cache_cli.py; here ``show``
 is called in-process on a cache written with and without the Fernet key.
 """
 
@@ -11,16 +11,15 @@ import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 
-import fsspec
 import pytest
 from tests.helpers.compat import airflow_reads_provider_cli, clear_fernet_cache
+from tests.helpers.durable import local_store, task_identity
 
 from airflow_pydantic_ai._compat import get_fernet
 from airflow_pydantic_ai.cli import cache_command
-from airflow_pydantic_ai.durable import StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.entry import StepEntry
 
-IDENTITY = TaskIdentity("secret_dag", "manual__1", "triage", -1)
+IDENTITY = task_identity("secret_dag", "triage", run_id="manual__1")
 
 
 @pytest.fixture
@@ -52,7 +51,7 @@ def test_show_decrypts_with_the_key_and_reports_encrypted_without_it(
 ) -> None:
     base = tmp_path / "cache"
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    store = StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", IDENTITY, cipher=fernet)  # type: ignore[arg-type]
+    store = local_store(base, IDENTITY, cipher=fernet)  # type: ignore[arg-type]
     store.put(StepEntry("tool", "a" * 64, 1, 1, "fetch_ticket", {"outcome": "return", "value": "the ticket"}))
 
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_ENCRYPT", "True")

@@ -4,33 +4,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
-import fsspec
 from tests.helpers.cache_fixture import FIXTURE, IDENTITY, Triage, fixture_agent
 from tests.helpers.compat import requires_pydantic_ai
+from tests.helpers.durable import RecordingLog, local_store
 
 from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore
-
-
-class RecordingLog:
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str]] = []
-
-    def _add(self, level: str, msg: str, *args: Any, **kwargs: Any) -> None:
-        self.lines.append((level, msg % args if args else msg))
-
-    def info(self, msg: str, *args: Any, **kwargs: Any) -> None:
-        self._add("info", msg, *args)
-
-    def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
-        self._add("warning", msg, *args)
-
-    def error(self, msg: str, *args: Any, **kwargs: Any) -> None:
-        self._add("error", msg, *args)
-
-    def debug(self, msg: str, *args: Any, **kwargs: Any) -> None:
-        self._add("debug", msg, *args)
 
 
 def copy_fixture(base: Path) -> None:
@@ -45,9 +24,7 @@ def copy_fixture(base: Path) -> None:
 def test_cache_written_by_0_1_0_replays_every_step(tmp_path: Path) -> None:
     copy_fixture(tmp_path)
     log = RecordingLog()
-    store = StepStore.for_task(
-        fsspec.filesystem("file"), str(tmp_path), f"file://{tmp_path}", IDENTITY, warn=log.warning
-    )
+    store = local_store(tmp_path, IDENTITY, warn=log.warning)
     run = DurableRun.open(store, attempt=2, log=log)
     calls: list[str] = []
 
@@ -88,17 +65,17 @@ def test_a_0_1_0_cache_of_a_provider_that_stamps_its_answers_replays_every_step(
         calls.append("lookup")
         return "found"
 
-    def store(log: RecordingLog) -> StepStore:
-        return StepStore.for_task(fsspec.filesystem("file"), str(tmp_path), f"file://{tmp_path}", IDENTITY)
+    def store() -> StepStore:
+        return local_store(tmp_path, IDENTITY)
 
-    first = DurableRun.open(store(RecordingLog()), attempt=1, log=RecordingLog())
+    first = DurableRun.open(store(), attempt=1, log=RecordingLog())
     first.keys.use_release_0_1_0_keys()  # as 0.1.0 keyed them
     agent.run_sync("go", capabilities=[DurableCapability(first)])
-    for entry in store(RecordingLog()).load().entries.values():  # as 0.1.0 wrote them: no recorded_at
-        store(RecordingLog()).put(replace(entry, recorded_at=None, role=None, call_id=None))
+    for entry in store().load().entries.values():  # as 0.1.0 wrote them: no recorded_at
+        store().put(replace(entry, recorded_at=None, role=None, call_id=None))
 
     log = RecordingLog()
-    second = DurableRun.open(store(log), attempt=2, log=log)
+    second = DurableRun.open(store(), attempt=2, log=log)
     assert agent.run_sync("go", capabilities=[DurableCapability(second)]).output == "done"
     assert calls == ["lookup"]
     assert (second.replayed.model, second.replayed.tool, second.executed.total) == (2, 1, 0)

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-import fsspec
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.durable import RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.cache_access import OutsideCacheBase, _check_inside, open_cache
-from airflow_pydantic_ai.durable import CacheReader, DurableCapability, DurableRun, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable import CacheReader, DurableCapability, DurableRun, StepStore
 from airflow_pydantic_ai.durable.attempts import AttemptRecord, latest_attempt
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import TaskRef, ViewData, view_page
@@ -70,23 +69,12 @@ def _agent(fail: bool) -> Agent[None, str]:
     return agent
 
 
-class _Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def _add(self, msg: str, *args: Any, **kwargs: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    info = warning = error = debug = _add
-
-
 def _store(base: Path) -> StepStore:
-    identity = TaskIdentity("d", "r", "t", -1)
-    return StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", identity)
+    return local_store(base, task_identity("d", "t", run_id="r"))
 
 
-def _attempt(base: Path, attempt: int, *, fail: bool, instructions: str = "") -> _Log:
-    log = _Log()
+def _attempt(base: Path, attempt: int, *, fail: bool, instructions: str = "") -> RecordingLog:
+    log = RecordingLog()
     run = DurableRun.open(_store(base), attempt=attempt, log=log)
     agent = _agent(fail)
     if instructions:
@@ -106,7 +94,7 @@ def test_each_failed_attempt_leaves_its_summary_beside_the_cache_and_no_step(tmp
 
     record = latest_attempt(_store(tmp_path))
     assert record is not None and record.attempt == 1
-    assert record.summary in log.lines
+    assert record.summary in log.texts
     assert record.summary.startswith("Durable: replayed 0 cached steps (0 model, 0 tool), executed 2 new steps")
     assert record.changed == ()
     # The record is not a step: the loader and the read side never see it.
@@ -121,7 +109,7 @@ def test_the_record_of_the_latest_try_carries_its_changed_warning(tmp_path: Path
     record = latest_attempt(_store(tmp_path))
     assert record is not None and record.attempt == 2
     assert len(record.changed) == 1 and "changed: " in record.changed[0]
-    assert record.changed[0] in log.lines
+    assert record.changed[0] in log.texts
     assert "A new system prompt" not in record.to_bytes().decode()
 
 

@@ -19,75 +19,14 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import UsageLimits
 from tests.helpers.compat import requires_pydantic_ai
+from tests.helpers.durable import DurableHarness, RecordingLog, local_store, task_identity
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
-
-
-@dataclass
-class RecordingLog:
-    """A logger that keeps what it was told, by level."""
-
-    lines: list[tuple[str, str]] = field(default_factory=list)
-
-    def _add(self, level: str, msg: str, *args: Any, **_: Any) -> None:
-        self.lines.append((level, msg % args if args else msg))
-
-    def info(self, msg: str, *args: Any, **kw: Any) -> None:
-        self._add("info", msg, *args)
-
-    def warning(self, msg: str, *args: Any, **kw: Any) -> None:
-        self._add("warning", msg, *args)
-
-    def error(self, msg: str, *args: Any, **kw: Any) -> None:
-        self._add("error", msg, *args)
-
-    def debug(self, msg: str, *args: Any, **kw: Any) -> None:
-        self._add("debug", msg, *args)
-
-    def at(self, level: str) -> list[str]:
-        return [text for lvl, text in self.lines if lvl == level]
-
-
-@dataclass
-class Harness:
-    base: str
-    identity: TaskIdentity = field(
-        default_factory=lambda: TaskIdentity("dag", "manual__2026-11-22T04:00:00+00:00", "task")
-    )
-    attempt: int = 0
-    logs: list[RecordingLog] = field(default_factory=list)
-
-    def store(self, log: RecordingLog) -> StepStore:
-        return StepStore.for_task(
-            fsspec.filesystem("file"), self.base, f"file://{self.base}", self.identity, warn=log.warning
-        )
-
-    def open(self) -> tuple[DurableRun, RecordingLog]:
-        self.attempt += 1
-        log = RecordingLog()
-        self.logs.append(log)
-        return DurableRun.open(self.store(log), attempt=self.attempt, log=log), log
-
-    def run(self, agent: Agent[Any, Any], prompt: str, **kwargs: Any) -> tuple[Any, DurableRun, RecordingLog]:
-        """One attempt, as AgentOperator makes it: an answer that ends in UnexpectedModelBehavior is forgotten."""
-        run, log = self.open()
-        try:
-            result = agent.run_sync(prompt, capabilities=[DurableCapability(run)], **kwargs)
-        except UnexpectedModelBehavior:
-            run.forget_what_failed()
-            raise
-        finally:
-            run.log_summary()
-        return result, run, log
+from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore
 
 
 @pytest.fixture
-def harness(tmp_path) -> Harness:
-    return Harness(base=str(tmp_path / "cache"))
-
-
-def summary_of(log: RecordingLog) -> str:
-    return next(line for line in log.at("info") if line.startswith("Durable: replayed "))
+def harness(tmp_path) -> DurableHarness:
+    return DurableHarness(base=str(tmp_path / "cache"))
 
 
 def counting_agent(calls: dict[str, int], fail_on: set[str] | None = None, **agent_kwargs: Any) -> Agent[Any, Any]:
@@ -115,11 +54,11 @@ def test_retry_replays_unchanged_steps(harness):
     with pytest.raises(ConnectionError):
         harness.run(agent, "weather report")
     first = harness.logs[-1]
-    assert summary_of(first) == (
+    assert first.summary() == (
         "Durable: replayed 0 cached steps (0 model, 0 tool), executed 3 new steps (1 model, 2 tool)"
     )
     result, _run, log = harness.run(agent, "weather report")
-    assert summary_of(log) == (
+    assert log.summary() == (
         "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)"
     )
     assert calls == {"lookup": 1, "notify": 2}
@@ -796,35 +735,24 @@ def test_stream_left_before_its_end_is_not_replayed(harness):
 def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     """The result entry follows the rule of every step: a registered secret is never stored; a retry
     then replays the steps instead of returning the output."""
-    import fsspec
-
-    from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
     from airflow_pydantic_ai.durable.entry import RESULT_ENTRY
 
-    warnings: list[str] = []
-
-    class Log:
-        def info(self, msg, *args, **kwargs): ...
-        def debug(self, msg, *args, **kwargs): ...
-        def error(self, msg, *args, **kwargs): ...
-        def warning(self, msg, *args, **kwargs):
-            warnings.append(msg % args)
-
-    base = str(tmp_path / "cache")
-    store = StepStore.for_task(fsspec.filesystem("file"), base, f"file://{base}", TaskIdentity("d", "r", "t"))
+    log = RecordingLog()
+    store = local_store(tmp_path / "cache", task_identity("d", "t", run_id="r"))
     secret = "hunter2-s3cr3t"
-    run = DurableRun.open(store, attempt=1, log=Log(), contains_secret=lambda payload: secret in str(payload))
+    run = DurableRun.open(store, attempt=1, log=log, contains_secret=lambda payload: secret in str(payload))
     run.record_output(f"the password is {secret}")
     assert RESULT_ENTRY not in store.load().entries
+    warnings = log.at("warning")
     assert any("registered as secret" in text and "replays the steps" in text for text in warnings), warnings
     run.record_output("nothing to hide")
-    retry = DurableRun.open(store, attempt=2, log=Log())
+    retry = DurableRun.open(store, attempt=2, log=log)
     recorded = retry.recorded_output()
     assert recorded is not None and (recorded.value, recorded.attempt) == ("nothing to hide", 1)
     # The first try after a clear (or of a DAG run) never takes it: a clear asks for a new run.
-    cleared = DurableRun.open(store, attempt=2, log=Log(), takes_recorded_output=False)
+    cleared = DurableRun.open(store, attempt=2, log=log, takes_recorded_output=False)
     assert cleared.recorded_output() is None
-    assert any("first try since the DAG run started or the task was cleared" in text for text in warnings)
+    assert any("first try since the DAG run started or the task was cleared" in text for text in log.at("warning"))
 
 
 @pytest.mark.parametrize(
@@ -855,7 +783,7 @@ class Transient:
     """Fails (asks for a retry) on the first attempt only, as a rate-limited API does."""
 
     calls: list[int] = field(default_factory=list)
-    harness: Harness | None = None
+    harness: DurableHarness | None = None
 
     def hit(self) -> bool:
         """Record a call; True when it should fail (attempt 1)."""
@@ -927,7 +855,7 @@ def test_a_transient_retry_that_failed_the_run_is_not_replayed(harness, source):
 
 def test_without_durable_the_same_agent_recovers_on_a_second_run():
     """The reference behaviour the durable runs above must match."""
-    harness = Harness(base="unused")
+    harness = DurableHarness(base="unused")
     transient = Transient(harness=harness)
     agent = _transient_agent("tool-functionmodel", transient)
     harness.attempt = 1

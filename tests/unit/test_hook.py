@@ -1,38 +1,28 @@
-"""PydanticAIHook: from a ``pydantic_ai`` connection to a pydantic-ai model."""
+"""PydanticAIHook: from a ``pydantic_ai`` connection to a pydantic-ai model.
+
+A real client against a local OpenAI-compatible server: tests/system/test_hook_http.py.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-import threading
 import types
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.models.test import TestModel
+from tests.helpers.connections import (
+    CONN_ID,
+    no_provider_env,  # noqa: F401 - an autouse fixture: imported, it applies here
+    set_common_ai_connection,
+    set_connection,
+)
 
 from airflow_pydantic_ai.get_provider_info import get_provider_info
 from airflow_pydantic_ai.hooks.pydantic_ai import PydanticAIHook
-
-CONN_ID = "llm_test"
-
-
-def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str = CONN_ID, **fields: Any) -> None:
-    """Define an Airflow connection of type pydantic_ai through its AIRFLOW_CONN_ env var (JSON form)."""
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "pydantic_ai", **fields}))
-
-
-@pytest.fixture(autouse=True)
-def _no_provider_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Keys and URLs from the developer's shell must not stand in for the connection's.
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-
 
 # --- building models -------------------------------------------------------------------------
 
@@ -270,127 +260,7 @@ def test_connection_form_widgets_offer_the_model_field(monkeypatch: pytest.Monke
     assert "openai:gpt-4o" in widgets["model"].kwargs["description"]
 
 
-# --- one real client against a local OpenAI-compatible server ---------------------------------
-
-
-@dataclass
-class FakeOpenAIServer:
-    """An HTTP server on 127.0.0.1 that answers every chat completion with the same text."""
-
-    base_url: str
-    answer: str
-    requests: list[dict[str, Any]]
-
-
-@pytest.fixture
-def fake_openai_server() -> Iterator[FakeOpenAIServer]:
-    answer = "Hello from the fake server"
-    requests: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            requests.append(
-                {"path": self.path, "authorization": self.headers.get("Authorization"), "body": json.loads(body)}
-            )
-            if self.path != "/v1/chat/completions":
-                self.send_error(404)
-                return
-            payload = json.dumps(
-                {
-                    "id": "chatcmpl-fake",
-                    "object": "chat.completion",
-                    "created": 1_700_000_000,
-                    "model": "fake-model",
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": answer},
-                            "finish_reason": "stop",
-                        }
-                    ],
-                    "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8},
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield FakeOpenAIServer(f"http://127.0.0.1:{server.server_port}/v1", answer, requests)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
-def test_agent_runs_against_the_connection_base_url_with_its_api_key(
-    monkeypatch: pytest.MonkeyPatch, fake_openai_server: FakeOpenAIServer
-) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    set_connection(
-        monkeypatch,
-        host=fake_openai_server.base_url,
-        password="sk-reaches-the-server",
-        extra={"model": "openai-chat:fake-model", "model_settings": {"temperature": 0.3}},
-    )
-
-    result = Agent(PydanticAIHook(llm_conn_id=CONN_ID).get_model()).run_sync("hi")
-
-    assert result.output == fake_openai_server.answer
-    [request] = fake_openai_server.requests
-    assert request["path"] == "/v1/chat/completions"
-    assert request["authorization"] == "Bearer sk-reaches-the-server"
-    assert request["body"]["model"] == "fake-model"
-    assert request["body"]["temperature"] == 0.3
-    assert request["body"]["messages"][-1] == {"role": "user", "content": "hi"}
-
-
 # --- connections of common.ai's type (pydanticai) ----------------------------------------------
-
-
-def set_common_ai_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> None:
-    """A connection as apache-airflow-providers-common-ai stores it: type pydanticai, same fields."""
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "pydanticai", **fields}))
-
-
-def test_common_ai_connection_with_fallback_chain_fails_over_to_the_backup_connection(
-    monkeypatch: pytest.MonkeyPatch, fake_openai_server: FakeOpenAIServer
-) -> None:
-    # The primary's URL answers 404 (a provider error): the agent must go on with the backup
-    # connection's model, key and URL, as common.ai's fallback_conn_ids promise.
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    down_url = fake_openai_server.base_url.replace("/v1", "/down/v1")
-    set_common_ai_connection(
-        monkeypatch,
-        "primary_llm",
-        host=down_url,
-        password="sk-primary",
-        extra={"model": "openai-chat:primary-model", "fallback_conn_ids": ["backup_llm", " "]},
-    )
-    set_common_ai_connection(
-        monkeypatch,
-        "backup_llm",
-        host=fake_openai_server.base_url,
-        password="sk-backup",
-        extra={"model": "openai-chat:fake-model"},
-    )
-
-    result = Agent(PydanticAIHook(llm_conn_id="primary_llm").get_model()).run_sync("hi")
-
-    assert result.output == fake_openai_server.answer
-    assert [(r["path"], r["authorization"], r["body"]["model"]) for r in fake_openai_server.requests] == [
-        ("/down/v1/chat/completions", "Bearer sk-primary", "primary-model"),
-        ("/v1/chat/completions", "Bearer sk-backup", "fake-model"),
-    ]
 
 
 def test_common_ai_connection_without_fallbacks_builds_the_plain_model(monkeypatch: pytest.MonkeyPatch) -> None:

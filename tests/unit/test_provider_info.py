@@ -1,11 +1,11 @@
-"""Provider metadata: provider.yaml, get_provider_info(), and what Airflow makes of them."""
+"""Provider metadata: provider.yaml, get_provider_info(), and what Airflow makes of them in this process.
+
+What the ``airflow`` CLI makes of them: tests/system/test_provider_cli.py.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from importlib.metadata import distribution
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,6 @@ from airflow_pydantic_ai.get_provider_info import get_provider_info
 
 PACKAGE = "airflow-pydantic-ai"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-AIRFLOW_BIN = Path(sys.executable).parent / "airflow"
 
 
 def _airflow_schema(name: str) -> dict[str, Any]:
@@ -182,71 +181,3 @@ def test_provider_config_defaults_are_readable_through_airflow_conf(monkeypatch:
     assert conf.get("pydantic_ai", "durable_storage_errors") == "warn"
     assert conf.get("pydantic_ai", "durable_cache_path") == ""
     assert conf.getfloat("pydantic_ai", "durable_storage_timeout") == 60.0
-
-
-def _airflow_cli(*args: str, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run(
-        [str(AIRFLOW_BIN), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def test_airflow_providers_list_shows_the_provider() -> None:
-    stdout = _airflow_cli("providers", "list", "--output", "json")
-
-    # Unit-test mode logs a line to stdout before the JSON document.
-    document = stdout[stdout.index("[{") :]
-    providers = {p["package_name"]: p for p in json.loads(document)}
-    assert providers[PACKAGE]["version"] == distribution(PACKAGE).version
-
-
-def test_airflow_config_get_value_uses_provider_default_and_env_override() -> None:
-    env_name = "AIRFLOW__PYDANTIC_AI__DURABLE_STORAGE_ERRORS"
-    clean_env = {k: v for k, v in os.environ.items() if k != env_name}
-
-    default = subprocess.run(
-        [str(AIRFLOW_BIN), "config", "get-value", "pydantic_ai", "durable_storage_errors"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=clean_env,
-    )
-    overridden = _airflow_cli("config", "get-value", "pydantic_ai", "durable_storage_errors", env={env_name: "fail"})
-
-    assert default.returncode == 0, default.stderr
-    assert default.stdout.strip().splitlines()[-1] == "warn"
-    assert overridden.strip().splitlines()[-1] == "fail"
-
-
-def _plugins_json(extra_env: dict[str, str]) -> list[dict[str, Any]]:
-    env = {**os.environ, **extra_env}
-    result = subprocess.run(
-        [str(AIRFLOW_BIN), "plugins", "--output", "json"], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    # Registered once in every mode: never reported as a duplicate (a plugin import error in the UI).
-    assert "already registered" not in result.stdout + result.stderr
-    # Warnings may be logged to stdout before the JSON document.
-    document = result.stdout[result.stdout.index("[{") :]
-    plugins = json.JSONDecoder().raw_decode(document)[0]
-    return [plugin for plugin in plugins if plugin["name"] == "pydantic_ai_durable_cache"]
-
-
-def test_the_cache_view_plugin_is_loaded_with_its_task_instance_tab_and_can_be_turned_off() -> None:
-    # Airflow 3.3 finds it through the airflow.plugins entry point (the browser tests run that default)
-    # and, with lazy provider discovery off, through the provider's "plugins" metadata too: still one plugin.
-    [plugin] = _plugins_json({"AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "True"})
-    assert plugin["external_views"][0]["destination"] == "task_instance"
-    [plugin] = _plugins_json({"AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False"})
-    [view] = plugin["external_views"]
-    assert view["destination"] == "task_instance"
-    assert view["href"].startswith("/pydantic-ai/cache/?dag_id={DAG_ID}&run_id={RUN_ID}&task_id={TASK_ID}")
-    assert [app["url_prefix"] for app in plugin["fastapi_apps"]] == ["/pydantic-ai/cache"]
-
-    [plugin] = _plugins_json({"AIRFLOW__PYDANTIC_AI__CACHE_VIEW": "False"})
-    assert plugin["external_views"] == [] and plugin["fastapi_apps"] == []

@@ -7,43 +7,27 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pytest
-from pydantic_ai import Agent
-from pydantic_ai.models.test import TestModel
 from tests.helpers.cache_fixture import FIXTURE, IDENTITY, fixture_agent
+from tests.helpers.durable import RecordingLog, local_store
 
 from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.reader import CacheReader
 
 
-class QuietLog:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def _add(self, msg: str, *args: Any, **kwargs: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    info = warning = error = debug = _add
-
-
-def store_for(base: Path, identity: TaskIdentity = IDENTITY, log: QuietLog | None = None) -> StepStore:
+def store_for(base: Path, identity: TaskIdentity = IDENTITY, log: RecordingLog | None = None) -> StepStore:
     warn = log.warning if log is not None else (lambda message: None)
-    return StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", identity, warn=warn)
+    return local_store(base, identity, warn=warn)
 
 
-def run_attempt(base: Path, attempt: int, calls: list[str]) -> tuple[Any, QuietLog]:
-    log = QuietLog()
+def run_attempt(base: Path, attempt: int, calls: list[str]) -> tuple[Any, RecordingLog]:
+    log = RecordingLog()
     run = DurableRun.open(store_for(base, log=log), attempt=attempt, log=log)
     try:
         result = fixture_agent(calls).run_sync("triage", capabilities=[DurableCapability(run)])
     finally:
         run.log_summary()
     return result, log
-
-
-def summary(log: QuietLog) -> str:
-    return next(line for line in log.lines if line.startswith("Durable: replayed"))
 
 
 def test_steps_of_a_cache_written_by_0_1_0_in_recorded_order(tmp_path: Path) -> None:
@@ -119,7 +103,7 @@ def test_delete_from_step_n_makes_the_next_try_replay_steps_before_it(tmp_path: 
     assert len(reader.steps()) == 3
     calls = ["flaky_lookup"]
     _, log = run_attempt(tmp_path, 2, calls)
-    assert summary(log) == (
+    assert log.summary() == (
         "Durable: replayed 3 cached steps (1 model, 2 tool), executed 2 new steps (1 model, 1 tool)"
     )
     assert calls == ["flaky_lookup", "file_triage"]  # only the output function ran again
@@ -163,22 +147,3 @@ def test_damaged_and_encrypted_entries_are_listed_last_and_deleted(tmp_path: Pat
     assert {step.kind for step in reader.steps()} <= {"model", "tool", "output"}
     assert reader.delete_all() == 4
     assert not root.exists()
-
-
-def test_reader_on_s3_lists_sizes_and_times_from_the_listing(s3_bucket: Any) -> None:
-    from airflow.sdk import ObjectStoragePath
-
-    base = ObjectStoragePath(s3_bucket.url("agent-cache"))
-    store = StepStore.for_task(base.fs, base.path, str(base), IDENTITY)
-    log = QuietLog()
-    run = DurableRun.open(store, attempt=1, log=log)
-    Agent(TestModel(), output_type=str).run_sync("hello", capabilities=[DurableCapability(run)])
-    reader = CacheReader(store)
-
-    steps = reader.steps()
-
-    assert [step.kind for step in steps] == ["model"]
-    assert steps[0].recorded_at is not None
-    assert steps[0].size == len(s3_bucket.read(s3_bucket.list_keys()[0]))
-    assert reader.delete_all() == 1
-    assert s3_bucket.list_keys() == []

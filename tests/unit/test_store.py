@@ -5,25 +5,16 @@ from __future__ import annotations
 import json
 import os
 
-import fsspec
 import pytest
+from tests.helpers.durable import RUN_ID, RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.durable import StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.entry import CorruptEntry, StepEntry
 
-RUN_ID = "manual__2026-11-22T04:00:00+00:00"
-
 
 def make_store(tmp_path, identity: TaskIdentity | None = None, warnings: list[str] | None = None) -> StepStore:
-    base = str(tmp_path / "base")
     sink = warnings if warnings is not None else []
-    return StepStore.for_task(
-        fsspec.filesystem("file"),
-        base,
-        f"file://{base}",
-        identity or TaskIdentity("dag", RUN_ID, "task"),
-        warn=sink.append,
-    )
+    return local_store(tmp_path / "base", identity or task_identity(), warn=sink.append)
 
 
 def entry(key: str = "a" * 64, kind: str = "tool", payload: dict | None = None) -> StepEntry:
@@ -172,36 +163,21 @@ def test_an_entry_copied_from_another_task_instance_is_never_replayed(tmp_path, 
     def get_price(symbol: str) -> str:
         return next(prices)
 
-    class Log:
-        def __init__(self) -> None:
-            self.warnings: list[str] = []
-
-        def info(self, *args: object, **kwargs: object) -> None:
-            pass
-
-        debug = error = info
-
-        def warning(self, msg: str, *args: object, **kwargs: object) -> None:
-            self.warnings.append(msg % args if args else msg)
-
-    def open_run(run_id: str, log: Log) -> DurableRun:
-        base = str(tmp_path / "base")
-        identity = TaskIdentity("prices", run_id, "quote")
-        store = StepStore.for_task(
-            fsspec.filesystem("file"), base, f"file://{base}", identity, warn=log.warning, cipher=cipher
-        )
+    def open_run(run_id: str, log: RecordingLog) -> DurableRun:
+        identity = task_identity("prices", "quote", run_id=run_id)
+        store = local_store(tmp_path / "base", identity, warn=log.warning, cipher=cipher)
         return DurableRun.open(store, attempt=1, log=log)
 
-    yesterday = open_run("scheduled__2026-11-22", Log())
+    yesterday = open_run("scheduled__2026-11-22", RecordingLog())
     agent.run_sync("quote ACME", capabilities=[DurableCapability(yesterday)])
     shutil.copytree(yesterday.store.root, tmp_path / "base" / "prices" / "scheduled__2026-11-23" / "quote" / "-1")
 
-    log = Log()
+    log = RecordingLog()
     today = open_run("scheduled__2026-11-23", log)
     result = agent.run_sync("quote ACME", capabilities=[DurableCapability(today)])
     assert today.replayed.total == 0
     assert "97.25" in result.output, "today's price, not yesterday's"
-    assert sum("written for another task instance" in warning for warning in log.warnings) == 3
+    assert sum("written for another task instance" in warning for warning in log.at("warning")) == 3
 
 
 def test_long_ids_stay_within_one_file_name_and_never_collide(tmp_path):

@@ -30,7 +30,6 @@ from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pendulum
 import pytest
 from airflow.sdk import timezone as airflow_timezone
@@ -47,31 +46,11 @@ from pydantic_ai.messages import (
     ToolReturn,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.durable import DurableHarness, task_identity
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable import DurableCapability, DurableRun
 
-
-@dataclass
-class RecordingLog:
-    lines: list[tuple[str, str]] = field(default_factory=list)
-
-    def _add(self, level: str, msg: str, *args: Any) -> None:
-        self.lines.append((level, msg % args if args else msg))
-
-    def info(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("info", msg, *args)
-
-    def warning(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("warning", msg, *args)
-
-    def error(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("error", msg, *args)
-
-    def debug(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("debug", msg, *args)
-
-    def at(self, level: str) -> list[str]:
-        return [text for lvl, text in self.lines if lvl == level]
+IDENTITY = task_identity("results_dag", "agent")
 
 
 @dataclass
@@ -138,18 +117,15 @@ def twice(tmp_path: Path, factory: Any) -> Outcome:
         calls["n"] += 1
         return factory()
 
-    base = str(tmp_path / "cache")
-    identity = TaskIdentity("results_dag", "manual__2026-11-22T04:00:00+00:00", "agent")
+    harness = DurableHarness(base=str(tmp_path / "cache"), identity=IDENTITY)
     seen: list[Any] = []
     warnings: list[list[str]] = []
     errors: list[list[str]] = []
     runs: list[DurableRun] = []
     seconds: list[float] = []
     for attempt in (1, 2):
-        log = RecordingLog()
-        store = StepStore.for_task(fsspec.filesystem("file"), base, f"file://{base}", identity, warn=log.warning)
         started = time.perf_counter()
-        run = DurableRun.open(store, attempt=attempt, log=log)
+        run, log = harness.open()
         observer = ToolResults()
         try:
             agent.run_sync("make it", capabilities=[DurableCapability(run), observer])
@@ -170,7 +146,7 @@ def twice(tmp_path: Path, factory: Any) -> Outcome:
         errors=errors,
         runs=runs,
         seconds=seconds,
-        root=Path(store.root),
+        root=harness.root,
     )
 
 
@@ -426,14 +402,7 @@ def test_an_arbitrary_object_is_not_cached_and_the_durable_layer_does_not_crash(
     class Opaque:
         pass
 
-    base = str(tmp_path / "cache")
-    log = RecordingLog()
-    identity = TaskIdentity("results_dag", "run", "agent")
-    run = DurableRun.open(
-        StepStore.for_task(fsspec.filesystem("file"), base, f"file://{base}", identity, warn=log.warning),
-        attempt=1,
-        log=log,
-    )
+    run, log = DurableHarness(base=str(tmp_path / "cache"), identity=IDENTITY).open()
     agent: Agent[Any, str] = Agent(
         FunctionModel(
             lambda messages, info: (
@@ -485,8 +454,7 @@ def test_a_class_that_changed_or_vanished_between_tries_runs_live(tmp_path, monk
         made["n"] += 1
         return factory["make"]()
 
-    base = str(tmp_path / "cache")
-    identity = TaskIdentity("results_dag", "run", "agent")
+    harness = DurableHarness(base=str(tmp_path / "cache"), identity=IDENTITY)
     warnings: list[list[str]] = []
     for number in (1, 2):
         if number == 2 and deploy == "field-renamed":
@@ -498,9 +466,7 @@ def test_a_class_that_changed_or_vanished_between_tries_runs_live(tmp_path, monk
             source.unlink()
             del sys.modules[module_name]
             factory["make"] = lambda: {"id": 1, "title": "login broken"}
-        log = RecordingLog()
-        store = StepStore.for_task(fsspec.filesystem("file"), base, f"file://{base}", identity, warn=log.warning)
-        run = DurableRun.open(store, attempt=number, log=log)
+        run, log = harness.open()
         try:
             result = agent.run_sync("go", capabilities=[DurableCapability(run)])
         except ModelFailedOnce:

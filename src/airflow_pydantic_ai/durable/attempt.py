@@ -17,6 +17,7 @@ The whole lifecycle, as the operator runs it::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.exceptions import UnexpectedModelBehavior
@@ -40,10 +41,13 @@ def run_agent(
     prompt: str,
     *,
     usage_limits: UsageLimits | None = None,
+    capabilities: Sequence[Any] = (),
     **run_arguments: Any,
 ) -> AgentRunResult[Any] | WaitingForDecisions:
     """Run ``agent`` on ``prompt`` as attempt ``run``: its result, or the calls it stopped at for a decision.
 
+    :param usage_limits: The run's limits; replayed steps do not count against them.
+    :param capabilities: Further capabilities for the run (the durable one is innermost whatever their order).
     :param run_arguments: Further ``agent.run_sync`` arguments (``model``, ``deps``, ``event_stream_handler``).
     """
     try:
@@ -53,7 +57,7 @@ def run_agent(
             run,
             output_type=agent.output_type,
             usage_limits=run.usage_limits(usage_limits),
-            capabilities=[DurableCapability(run)],
+            capabilities=[DurableCapability(run), *capabilities],
             **run_arguments,
         )
     except UnexpectedModelBehavior:

@@ -1,4 +1,4 @@
-"""The DAG that tests/e2e/test_cache_view.py copies into a fresh dags folder.
+"""The DAG that tests/system/test_cache_view.py copies into a fresh dags folder.
 
 Not a test module: the real dag-processor parses it and the LocalExecutor runs its task. A
 ``FunctionModel`` calls three tools one after the other, so a try records five steps (model,

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 from packaging.version import Version
-from tests.e2e.test_real_scheduler import log_events, summaries
 from tests.helpers.compat import airflow_version
 from tests.helpers.standalone import AirflowCluster, ClusterError, user_env
+from tests.system.test_real_scheduler import log_events, summaries
 
 pytestmark = [
     pytest.mark.scheduler,

@@ -4,119 +4,23 @@ to fix.
 
 The cache location comes either from ``AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH`` (one ``dag.test()``
 per case) or from ``AgentOperator(durable_cache_path=...)`` (many tasks in one ``dag.test()``; each
-task's exception is recorded by the operator subclass below: Airflow 3.1's ``dag.test()`` leaves
-``context["exception"]`` out of the failure callback's context, so a callback cannot see it there).
+task's exception is recorded: tests/helpers/bad_config.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import subprocess
-from collections import Counter
-from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any
-
 import pytest
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.airflow_run import run_dag, task_states
+from tests.helpers.bad_config import (
+    CALLS,
+    FIX_HINT,
+    assert_failed_at_start,
+    immutable,
+    make_dag,
+    reset,  # noqa: F401 - an autouse fixture: imported, it applies here
+)
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
-
-CALLS: Counter[str] = Counter()
-ERRORS: dict[str, str] = {}
-FIX_HINT = "file:///absolute/folder"
-
-
-def counting_agent(task_id: str) -> Agent[Any, str]:
-    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        CALLS[f"{task_id}:model"] += 1
-        if len(messages) == 1:
-            return ModelResponse(parts=[ToolCallPart("side_effect", {}, tool_call_id="c")])
-        return ModelResponse(parts=[TextPart("done")])
-
-    agent: Agent[Any, str] = Agent(FunctionModel(model))
-
-    @agent.tool_plain
-    def side_effect() -> str:
-        CALLS[f"{task_id}:tool"] += 1
-        return "done"
-
-    return agent
-
-
-def recording_operator() -> type:
-    """``AgentOperator`` that records the exception its ``execute`` raises in ``ERRORS``, by task id."""
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
-    class RecordingAgentOperator(AgentOperator):
-        def execute(self, context: Any) -> Any:
-            try:
-                return super().execute(context)
-            except Exception as error:
-                ERRORS[self.task_id] = f"{type(error).__name__}: {error}"
-                raise
-
-    return RecordingAgentOperator
-
-
-@pytest.fixture(autouse=True)
-def reset(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    CALLS.clear()
-    ERRORS.clear()
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path / 'default-cache'}")
-    monkeypatch.delenv("AIRFLOW__PYDANTIC_AI__DURABLE_STORAGE_ERRORS", raising=False)
-
-
-def make_dag(dag_id: str, tasks: dict[str, str | None], retries: int = 0):
-    """One durable AgentOperator per entry: task_id -> durable_cache_path override (None: the config)."""
-    from airflow.sdk import DAG
-
-    operator = recording_operator()
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": retries, "retry_delay": timedelta(0)},
-    ) as dag:
-        for task_id, override in tasks.items():
-            operator(
-                task_id=task_id,
-                prompt="Do the thing once.",
-                agent=counting_agent(task_id),
-                durable=True,
-                durable_cache_path=override,
-            )
-    return dag
-
-
-@contextlib.contextmanager
-def immutable(folder: Path):
-    """A folder that even root cannot write into (``chattr +i``); skips where that is not possible."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if shutil.which("chattr") is None:
-        pytest.skip("chattr is not available: cannot make a folder root cannot write to")
-    done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"chattr +i is not supported here ({done.stderr.strip()}); root can write anywhere else")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["chattr", "-i", str(folder)], check=True)
-
-
-def assert_failed_at_start(dr: Any, out: str, task_id: str, *needles: str) -> None:
-    assert task_states(dr)[(task_id, -1)] == ("failed", 1)
-    assert CALLS[f"{task_id}:model"] == 0 and CALLS[f"{task_id}:tool"] == 0, "nothing ran before the check"
-    error = ERRORS.get(task_id, "")
-    for needle in needles:
-        assert needle in error, f"{task_id}: {needle!r} not in {error!r}"
-    assert "DurableConfigError" in error, error
-    # The attempt failed before any step: it still reports, with nothing replayed or executed.
-    assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 0 new steps (0 model, 0 tool)" in out
 
 
 # --- through [pydantic_ai] durable_cache_path (the environment) -------------------------------------
@@ -160,17 +64,6 @@ def test_bad_storage_timeout_fails_at_start(monkeypatch, capfd, value):
     out = capfd.readouterr().out
     assert dr.state == "failed"
     assert_failed_at_start(dr, out, "agent", "durable_storage_timeout", "seconds")
-
-
-@pytest.mark.s3
-def test_an_invalid_bucket_name_is_a_configuration_error_not_an_outage(s3_bucket, monkeypatch, capfd):
-    """S3 refuses the name before sending anything: no amount of waiting or retrying fixes that."""
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"s3://{s3_bucket.CONN_ID}@Bad_Bucket!/cache")
-    dr = run_dag(make_dag("bad_input_bucket_name", {"agent": None}))
-    out = capfd.readouterr().out
-    assert dr.state == "failed"
-    assert_failed_at_start(dr, out, "agent", "durable_cache_path", "cannot write to", "bucket name")
-    assert "unreachable" not in ERRORS["agent"]
 
 
 def test_a_config_error_is_not_fixed_by_retrying(monkeypatch, capfd):

@@ -1,4 +1,4 @@
-"""The DAG that tests/e2e/test_success_window.py copies into a fresh dags folder.
+"""The DAG that tests/system/test_success_window.py copies into a fresh dags folder.
 
 Not a test module: the real dag-processor parses it and the LocalExecutor runs its tasks. Each task
 runs the same two-tool durable agent and, on its first try only, SIGKILLs its own task process at

@@ -1,6 +1,6 @@
 """Fork at step N: ``airflow pydantic-ai cache rm --from-step N``, then a real retry of the same DAG run.
 
-Airflow's real scheduler, dag-processor and api-server run the DAG (tests/e2e/dags/cache_fork_dag.py);
+Airflow's real scheduler, dag-processor and api-server run the DAG (tests/system/dags/cache_fork_dag.py);
 its task fails for good on try 1. The test forks the cache with the real CLI, clears the task instance
 through the REST API (as the UI's Clear button does), and the scheduler runs try 2 of the same DAG run
 in a fresh task process: it must replay exactly steps 1..N-1 and run the rest live.

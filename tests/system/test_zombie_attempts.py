@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from tests.helpers.crash_worker import IDENTITY, ForkServer, expected_output
 
-from airflow_pydantic_ai.durable import TaskIdentity
 from airflow_pydantic_ai.durable.entry import StepEntry
 
 STEPS = 8
@@ -37,7 +36,7 @@ def fork_server():
 
 
 def root_of(base: Path) -> Path:
-    return base.joinpath(*TaskIdentity(*IDENTITY).segments())
+    return base.joinpath(*IDENTITY.segments())
 
 
 def entry_names(base: Path) -> list[str]:

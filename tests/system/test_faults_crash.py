@@ -32,7 +32,6 @@ from typing import Any
 import pytest
 from tests.helpers.crash_worker import IDENTITY, KILL_KINDS, ForkServer, expected_output
 
-from airflow_pydantic_ai.durable import TaskIdentity
 from airflow_pydantic_ai.durable.entry import CorruptEntry, StepEntry
 
 SEED = 20261122
@@ -66,7 +65,7 @@ def fork_server():
 
 
 def cache_root(base: Path) -> Path:
-    return base.joinpath(*TaskIdentity(*IDENTITY).segments())
+    return base.joinpath(*IDENTITY.segments())
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The DAG that tests/e2e/test_real_scheduler_approval.py copies into a fresh dags folder.
+"""The DAG that tests/system/test_real_scheduler_approval.py copies into a fresh dags folder.
 
 ``mail`` (high priority, so the single worker slot goes to it first) asks for approval before
 "sending" an e-mail and parks; ``other`` can only run once that slot is free. ``APPROVAL_E2E_MARKER``

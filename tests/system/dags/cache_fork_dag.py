@@ -1,4 +1,4 @@
-"""The DAG that tests/e2e/test_cache_fork_scheduler.py copies into a fresh dags folder.
+"""The DAG that tests/system/test_cache_fork_scheduler.py copies into a fresh dags folder.
 
 Not a test module: the real dag-processor parses it and the LocalExecutor runs its task. No
 retries: the first try fails for good (``notify_team`` fails on try 1), a person forks the cache

@@ -149,12 +149,13 @@ class _CountingFS:
 
 def test_loading_a_large_cache_lists_once_and_fetches_in_one_batch(s3_bucket):
     from airflow.sdk import ObjectStoragePath
+    from tests.helpers.durable import task_identity
 
-    from airflow_pydantic_ai.durable import StepStore, TaskIdentity
+    from airflow_pydantic_ai.durable import StepStore
     from airflow_pydantic_ai.durable.entry import StepEntry
 
     base = ObjectStoragePath(s3_bucket.url("agent-cache"))
-    identity = TaskIdentity("dag.x", "manual__2026-11-22T04:00:00+00:00", "task-y", 3)
+    identity = task_identity("dag.x", "task-y", map_index=3)
     writer = StepStore.for_task(base.fs, base.path, str(base), identity)
     for index in range(60):
         writer.put(StepEntry(kind="tool", key=f"{index:064x}", step=1, attempt=1, label="t", payload={"i": index}))

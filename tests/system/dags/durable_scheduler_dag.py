@@ -1,4 +1,4 @@
-"""The DAG that tests/e2e/test_real_scheduler.py copies into a fresh dags folder.
+"""The DAG that tests/system/test_real_scheduler.py copies into a fresh dags folder.
 
 Not a test module: the real dag-processor parses it and the LocalExecutor runs its task.
 ``DURABLE_E2E_MARKER`` (set in the components' environment) names a file each tool appends

@@ -13,8 +13,9 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.durable import RecordingLog, task_identity
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, DurableStorageError, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable import DurableCapability, DurableRun, DurableStorageError, StepStore
 
 STEPS = 4
 
@@ -114,38 +115,13 @@ def _agent(stop_after_step: int, stop: Any, calls: list[int]) -> Agent[Any, str]
     return agent
 
 
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str]] = []
-
-    def _add(self, level: str, msg: str, *args: Any) -> None:
-        self.lines.append((level, msg % args if args else msg))
-
-    def info(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("info", msg, *args)
-
-    def warning(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("warning", msg, *args)
-
-    def error(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("error", msg, *args)
-
-    def debug(self, msg: str, *args: Any, **_: Any) -> None:
-        self._add("debug", msg, *args)
-
-
-def _store(base: Any, log: Log, timeout: float = 1.0) -> StepStore:
-    identity = TaskIdentity("dag", "manual__2026-11-22T04:00:00+00:00", "task")
-    return StepStore.for_task(base.fs, base.path, str(base), identity, warn=log.warning, timeout=timeout)
-
-
-def _errors(log: Log) -> list[str]:
-    return [text for level, text in log.lines if level == "error"]
+def _store(base: Any, log: RecordingLog, timeout: float = 1.0) -> StepStore:
+    return StepStore.for_task(base.fs, base.path, str(base), task_identity(), warn=log.warning, timeout=timeout)
 
 
 def test_outage_mid_run_goes_on_live_and_counts_unpersisted_steps(outage_s3):
     base, stop = outage_s3
-    log, calls = Log(), []
+    log, calls = RecordingLog(), []
     run = DurableRun.open(_store(base, log), attempt=1, log=log)
     result = _agent(stop_after_step=1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     run.log_summary()
@@ -155,22 +131,22 @@ def test_outage_mid_run_goes_on_live_and_counts_unpersisted_steps(outage_s3):
     assert calls == [0, 1, 2, 3]
     # Stored before the outage: model step 1, tool 0, model step 2. Every later step is reported, once each:
     # the first two as failed writes, the rest as skipped while the store is unreachable.
-    failed = [text for text in _errors(log) if text.startswith("Durable: could not store")]
-    skipped = [text for text in _errors(log) if text.startswith("Durable: did not store")]
+    failed = [text for text in log.at("error") if text.startswith("Durable: could not store")]
+    skipped = [text for text in log.at("error") if text.startswith("Durable: did not store")]
     assert len(failed) == 2 and len(skipped) == 4
     assert run.not_persisted == 9 - 3
     assert any("tool work" in text for text in failed + skipped)
     assert any("model step" in text for text in failed + skipped)
-    assert any("is unreachable (2 writes failed in a row" in text for text in _errors(log))
-    texts = [text for _, text in log.lines]
+    assert any("is unreachable (2 writes failed in a row" in text for text in log.at("error"))
+    texts = log.texts
     assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 9 new steps (5 model, 4 tool)" in texts
     assert "Durable: 6 steps of this attempt were not persisted and will run again on a retry" in texts
-    assert any("could not be deleted" in text for text in _errors(log)), "a failed clean-up is reported, not raised"
+    assert any("could not be deleted" in text for text in log.at("error")), "a failed clean-up is reported, not raised"
 
 
 def test_outage_with_fail_mode_fails_the_attempt(outage_s3):
     base, stop = outage_s3
-    log, calls = Log(), []
+    log, calls = RecordingLog(), []
     run = DurableRun.open(_store(base, log), attempt=1, log=log, storage_errors="fail")
     with pytest.raises(DurableStorageError, match="durable_storage_errors = warn"):
         _agent(stop_after_step=0, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
@@ -180,38 +156,38 @@ def test_outage_with_fail_mode_fails_the_attempt(outage_s3):
 def test_unreachable_store_at_start_runs_everything_live(outage_s3):
     base, stop = outage_s3
     stop()
-    log, calls = Log(), []
+    log, calls = RecordingLog(), []
     run = DurableRun.open(_store(base, log), attempt=2, log=log)
     result = _agent(stop_after_step=-1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert result.output == "finished" and calls == [0, 1, 2, 3]
-    assert any("could not read the cache" in text for text in _errors(log))
+    assert any("could not read the cache" in text for text in log.at("error"))
 
 
 def test_a_failed_start_probe_skips_loading_and_writing(outage_s3):
     """The probe at the start already found the store unreachable: no step waits for a timeout again."""
     base, stop = outage_s3
     stop()
-    log, calls = Log(), []
+    log, calls = RecordingLog(), []
     run = DurableRun.open(_store(base, log), attempt=2, log=log, probe=True)
     result = _agent(stop_after_step=-1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert result.output == "finished" and calls == [0, 1, 2, 3]
     assert run.not_persisted == 9
-    assert not [text for text in _errors(log) if text.startswith("Durable: could not store")], "no write was tried"
-    assert len([text for text in _errors(log) if text.startswith("Durable: did not store")]) == 9
+    assert not [text for text in log.at("error") if text.startswith("Durable: could not store")], "no write was tried"
+    assert len([text for text in log.at("error") if text.startswith("Durable: did not store")]) == 9
 
 
 def test_writes_are_tried_again_once_the_store_may_be_back(outage_s3):
     base, stop = outage_s3
-    log, calls = Log(), []
+    log, calls = RecordingLog(), []
     run = DurableRun.open(_store(base, log), attempt=1, log=log)
     run.retry_storage_after = 0.0  # the back-off is over at once: every write is tried
     _agent(stop_after_step=1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
-    assert len([text for text in _errors(log) if text.startswith("Durable: could not store")]) == 6
+    assert len([text for text in log.at("error") if text.startswith("Durable: could not store")]) == 6
 
 
 def test_an_endpoint_that_never_answers_costs_the_timeout_not_the_clients_retries(black_hole):
     """botocore (60 s read timeout, 5 attempts) under s3fs (5 retries) would wait ~25 minutes per write."""
-    log, calls = Log(), []
+    log, calls = RecordingLog(), []
     store = _store(black_hole, log, timeout=1.0)
     started = time.monotonic()
     run = DurableRun.open(store, attempt=1, log=log)
@@ -220,8 +196,8 @@ def test_an_endpoint_that_never_answers_costs_the_timeout_not_the_clients_retrie
     )
     elapsed = time.monotonic() - started
     assert result.output == "finished" and calls == [0, 1, 2, 3]
-    assert any("could not read the cache" in text and "TimeoutError" in text for text in _errors(log))
-    failed = [text for text in _errors(log) if text.startswith("Durable: could not store")]
+    assert any("could not read the cache" in text and "TimeoutError" in text for text in log.at("error"))
+    failed = [text for text in log.at("error") if text.startswith("Durable: could not store")]
     assert len(failed) == 2 and all("TimeoutError" in text for text in failed)
     assert run.not_persisted == 9
     # A hang guard, not a speed test: one load and two writes, each bounded by the 1 s timeout.

@@ -1,6 +1,6 @@
 """A worker killed in the success window, under Airflow's real scheduler: the retry calls nothing again.
 
-``tests/e2e/dags/success_window_dag.py`` has one task per kill point; each runs a durable agent (3
+``tests/system/dags/success_window_dag.py`` has one task per kill point; each runs a durable agent (3
 model answers, 2 tool calls) and, on its first try, SIGKILLs its own task process at that point.
 The LocalExecutor's supervisor sees the process die; Airflow retries the same task instance (same
 DAG run, try 2) in a fresh process, which only has the durable cache on disk to go on. Checked per
@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.e2e.test_real_scheduler import log_events
 from tests.helpers.standalone import AirflowCluster
+from tests.system.test_real_scheduler import log_events
 
 pytestmark = [
     pytest.mark.scheduler,

@@ -1,0 +1,115 @@
+"""What the durable tests share: a logger that keeps its lines, the task identity, and one harness that runs
+attempts of a durable agent the way ``AgentOperator`` does, on a local folder and without Airflow.
+
+An attempt: the task instance's ``file://`` store in a folder of the test's own, ``DurableRun.open`` with the
+next attempt number, then ``run_agent`` (the operator's own entry point) inside ``run.ending()``, which logs the
+summary at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity, run_agent
+
+__all__ = ["RUN_ID", "DurableHarness", "RecordingLog", "local_store", "task_identity"]
+
+RUN_ID = "manual__2026-11-22T04:00:00+00:00"
+"""The run id of the task instances the durable tests write caches for (a manual run's id, with ``:`` and ``+``)."""
+
+
+def task_identity(
+    dag_id: str = "dag", task_id: str = "task", *, run_id: str = RUN_ID, map_index: int = -1
+) -> TaskIdentity:
+    """The identity of one task instance (an unmapped task of :data:`RUN_ID` unless told otherwise)."""
+    return TaskIdentity(dag_id, run_id, task_id, map_index)
+
+
+@dataclass
+class RecordingLog:
+    """A logger for ``DurableRun`` and ``StepStore`` that keeps every line with its level, ``%``-args applied."""
+
+    lines: list[tuple[str, str]] = field(default_factory=list)
+
+    def _add(self, level: str, msg: str, *args: Any) -> None:
+        self.lines.append((level, msg % args if args else msg))
+
+    def info(self, msg: str, *args: Any, **_: Any) -> None:
+        self._add("info", msg, *args)
+
+    def warning(self, msg: str, *args: Any, **_: Any) -> None:
+        self._add("warning", msg, *args)
+
+    def error(self, msg: str, *args: Any, **_: Any) -> None:
+        self._add("error", msg, *args)
+
+    def debug(self, msg: str, *args: Any, **_: Any) -> None:
+        self._add("debug", msg, *args)
+
+    def at(self, level: str) -> list[str]:
+        """The lines logged at ``level``, in order."""
+        return [text for logged_at, text in self.lines if logged_at == level]
+
+    @property
+    def texts(self) -> list[str]:
+        """Every line, whatever its level, in order."""
+        return [text for _, text in self.lines]
+
+    def summary(self) -> str:
+        """The attempt's summary line (``Durable: replayed N cached steps ...``, at INFO)."""
+        return next(line for line in self.at("info") if line.startswith("Durable: replayed "))
+
+
+def local_store(base: str | Path, identity: TaskIdentity, **options: Any) -> StepStore:
+    """The store of ``identity`` under the local folder ``base`` (as a ``file://`` URL); ``options`` go to
+    ``StepStore.for_task`` (``warn``, ``cipher``, ``timeout``)."""
+    return StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", identity, **options)
+
+
+@dataclass
+class DurableHarness:
+    """Attempts of one task instance on its store under ``base``: each :meth:`open` or :meth:`run` is the next
+    attempt (numbered from 1) with a :class:`RecordingLog` of its own, kept in ``logs``."""
+
+    base: str
+    identity: TaskIdentity = field(default_factory=task_identity)
+    attempt: int = 0
+    logs: list[RecordingLog] = field(default_factory=list)
+
+    def store(self, log: RecordingLog | None = None) -> StepStore:
+        """The task instance's store; its warnings go to ``log`` (to a log nobody reads without one)."""
+        return local_store(self.base, self.identity, warn=(log or RecordingLog()).warning)
+
+    @property
+    def root(self) -> Path:
+        """The folder of the task instance's entries."""
+        return Path(self.store().root)
+
+    def open(self, **run_options: Any) -> tuple[DurableRun, RecordingLog]:
+        """The next attempt's ``DurableRun`` (``run_options`` go to ``DurableRun.open``) and its log."""
+        self.attempt += 1
+        log = RecordingLog()
+        self.logs.append(log)
+        return DurableRun.open(self.store(log), attempt=self.attempt, log=log, **run_options), log
+
+    def run(
+        self,
+        agent: Any,
+        prompt: str,
+        *,
+        run_options: dict[str, Any] | None = None,
+        capabilities: Sequence[Any] = (),
+        **agent_kwargs: Any,
+    ) -> tuple[Any, DurableRun, RecordingLog]:
+        """One attempt, as AgentOperator makes it: ``run_agent`` (the durable capability first, then
+        ``capabilities``; an answer that ends in ``UnexpectedModelBehavior`` is forgotten) inside
+        ``run.ending()`` (the summary is logged whatever happens). ``agent_kwargs`` go to ``agent.run_sync``."""
+        run, log = self.open(**(run_options or {}))
+        with run.ending():
+            result = run_agent(run, agent, prompt, capabilities=capabilities, **agent_kwargs)
+        return result, run, log
