@@ -44,3 +44,19 @@ def fixture_agent(calls: list[str]) -> Agent[None, Triage]:
         return "found"
 
     return agent
+
+
+def replay_the_fixture(store: Any, log: Any) -> None:
+    """Run the fixture's agent as attempt 2 on ``store`` and check that all 7 recorded steps replayed, silently."""
+    from airflow_pydantic_ai.durable import DurableRun, run_agent
+
+    run = DurableRun.open(store, attempt=2, log=log)
+    calls: list[str] = []
+    with run.ending():
+        result = run_agent(run, fixture_agent(calls), "triage")
+    assert calls == [], log.lines  # no tool and no output function ran again
+    assert result.output == Triage(priority=0, summary="a")
+    assert "Durable: replayed 7 cached steps (3 model, 4 tool), executed 0 new steps (0 model, 0 tool)" in log.at(
+        "info"
+    )
+    assert not log.at("warning") + log.at("error"), log.lines

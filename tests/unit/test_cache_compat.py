@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.helpers.cache_fixture import FIXTURE, IDENTITY, Triage, fixture_agent
+from tests.helpers.cache_fixture import FIXTURE, IDENTITY, replay_the_fixture
 from tests.helpers.compat import requires_pydantic_ai
 from tests.helpers.durable import RecordingLog, local_store
 
@@ -24,20 +24,7 @@ def copy_fixture(base: Path) -> None:
 def test_cache_written_by_0_1_0_replays_every_step(tmp_path: Path) -> None:
     copy_fixture(tmp_path)
     log = RecordingLog()
-    store = local_store(tmp_path, IDENTITY, warn=log.warning)
-    run = DurableRun.open(store, attempt=2, log=log)
-    calls: list[str] = []
-
-    result = fixture_agent(calls).run_sync("triage", capabilities=[DurableCapability(run)])
-    run.log_summary()
-
-    assert calls == [], log.lines  # no tool and no output function ran again
-    assert result.output == Triage(priority=0, summary="a")
-    assert (
-        "info",
-        "Durable: replayed 7 cached steps (3 model, 4 tool), executed 0 new steps (0 model, 0 tool)",
-    ) in log.lines
-    assert not [line for level, line in log.lines if level in ("warning", "error")]
+    replay_the_fixture(local_store(tmp_path, IDENTITY, warn=log.warning), log)
 
 
 def test_a_0_1_0_cache_of_a_provider_that_stamps_its_answers_replays_every_step(tmp_path: Path) -> None:
