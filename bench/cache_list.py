@@ -156,8 +156,7 @@ def bytecode_note() -> str:
     """Whether Airflow's modules start from compiled bytecode; without it every start compiles ~2,000 modules."""
     import airflow
 
-    cached = importlib.util.cache_from_source(airflow.__file__)
-    if Path(cached).exists() or sys.pycache_prefix:
+    if Path(importlib.util.cache_from_source(airflow.__file__)).exists():  # honours PYTHONPYCACHEPREFIX
         return "compiled bytecode present"
     return (
         "no compiled bytecode for Airflow (uv installs without it, and PYTHONDONTWRITEBYTECODE keeps Python from "

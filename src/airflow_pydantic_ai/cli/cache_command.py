@@ -81,7 +81,7 @@ def _console() -> Any:
 
 
 def _print_rows(rows: list[dict[str, Any]], output: str) -> None:
-    """Rows as a table through Airflow's formatter; as JSON or YAML with numbers and nulls kept as such.
+    """Rows as a table through Airflow's formatter, or as JSON or YAML with numbers kept as numbers.
 
     Airflow's formatter turns every value into a string (``"bytes": "3681"``), which scripts then have
     to convert back. The document is the text the formatter would print (highlighted on a terminal);
