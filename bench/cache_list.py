@@ -1,18 +1,20 @@
 """``cache list`` over many caches on the local moto S3 server: wall time and S3 requests.
 
-Run: ``.venv/bin/python -m bench.cache_list [--caches 1000] [--entries 10] [--no-cli]``.
+Run: ``.venv/bin/python -m bench.cache_list [--caches 1000] [--entries 10] [--repeat 3] [--no-cli]``.
 
 It writes ``--caches`` task instance caches of ``--entries`` real entries each (a model answer and
-tool results of about 1 KB, encoded as a task encodes them) under ``s3://bench/cache``, then measures
+tool results of about 1 KB, encoded as a task encodes them) under ``s3://durable-bench/cache``, then
+measures, ``--repeat`` times, interleaved (the machine may be shared: compare figures of one run)
 
 - the catalog alone (:func:`~airflow_pydantic_ai.durable.catalog.list_caches`, in this process), with
   every S3 request counted by operation (botocore's ``before-call`` event): the listing must cost a
   thousand keys per ``ListObjectsV2`` and never a GET per entry;
 - the floor: the same keys listed with boto3 alone (what the moto server costs; it runs in this
   process and shares its CPU);
+- ``airflow version``: Airflow's own start-up, the least any ``airflow`` command costs;
 - the whole command, ``airflow pydantic-ai cache list -o json`` in a subprocess against a freshly
   migrated SQLite metadata DB (interpreter start, Airflow's CLI, the listing, the task state lookups
-  and the output), unless ``--no-cli``.
+  and the output), with the requests the server answered for it, unless ``--no-cli``.
 
 Not a test: the figures go into the report and docs/cli.rst. The target is under 10 s for 1,000
 caches of 10 entries.
@@ -22,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,8 +104,8 @@ def time_floor(backend: S3Backend) -> float:
     return time.perf_counter() - started
 
 
-def time_cli(endpoint: str, caches: int) -> float:
-    """Wall time of ``airflow pydantic-ai cache list -o json`` in a subprocess (after ``airflow db migrate``)."""
+def cli_environment(endpoint: str) -> dict[str, str]:
+    """A fresh ``AIRFLOW_HOME`` (SQLite metadata DB migrated) whose ``durable_cache_path`` is the bench prefix."""
     home = Path(tempfile.mkdtemp(prefix="bench-cli-"))
     env = {
         **{name: value for name, value in os.environ.items() if not name.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))},
@@ -117,27 +121,61 @@ def time_cli(endpoint: str, caches: int) -> float:
             }
         ),
     }
-    airflow = str(Path(sys.executable).parent / "airflow")
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    subprocess.run([_airflow(), "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    return env
+
+
+def _airflow() -> str:
+    return str(Path(sys.executable).parent / "airflow")
+
+
+def time_airflow_start(env: dict[str, str]) -> float:
+    """Wall time of ``airflow version``: Airflow's own start-up, the least any ``airflow`` command costs."""
+    started = time.perf_counter()
+    subprocess.run([_airflow(), "version"], env=env, check=True, capture_output=True, timeout=600)
+    return time.perf_counter() - started
+
+
+def time_cli(backend: S3Backend, env: dict[str, str], caches: int) -> tuple[float, dict[str, int]]:
+    """Wall time of ``airflow pydantic-ai cache list -o json`` in a subprocess, and the S3 requests it sent."""
+    backend.served.clear()
     started = time.perf_counter()
     result = subprocess.run(
-        [airflow, "pydantic-ai", "cache", "list", "-o", "json"], env=env, capture_output=True, text=True, timeout=600
+        [_airflow(), "pydantic-ai", "cache", "list", "-o", "json"], env=env, capture_output=True, text=True, timeout=600
     )
     elapsed = time.perf_counter() - started
-    print(f"airflow pydantic-ai cache list -o json: {elapsed:.2f} s wall time (exit {result.returncode})", flush=True)
     if result.returncode != 0:
-        raise SystemExit(f"cache list failed: {result.stderr[-2000:]}")
+        raise SystemExit(f"cache list failed (exit {result.returncode}): {result.stderr[-2000:]}")
     lines = result.stdout.splitlines()  # a log line may come before the document
     rows = json.loads(next(line for line in lines if line.startswith(("[{", "[]"))))
     if len(rows) != caches:
         raise SystemExit(f"cache list printed {len(rows)} rows, expected {caches}")
-    return elapsed
+    return elapsed, dict(backend.served)
+
+
+def bytecode_note() -> str:
+    """Whether Airflow's modules start from compiled bytecode; without it every start compiles ~2,000 modules."""
+    import airflow
+
+    if Path(importlib.util.cache_from_source(airflow.__file__)).exists():  # honours PYTHONPYCACHEPREFIX
+        return "compiled bytecode present"
+    return (
+        "no compiled bytecode for Airflow (uv installs without it, and PYTHONDONTWRITEBYTECODE keeps Python from "
+        "writing it): every command compiles its modules again, several seconds; "
+        "`.venv/bin/python -m compileall -q .venv/lib` compiles them once, as pip does at install"
+    )
+
+
+def _spread(values: list[float]) -> str:
+    each = ", ".join(f"{value:.2f}" for value in values)
+    return f"min {min(values):.2f} s, median {statistics.median(values):.2f} s ({each})"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cache_list", description=__doc__.split("\n")[0])
     parser.add_argument("--caches", type=int, default=1000)
     parser.add_argument("--entries", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=3, help="measure each figure this many times, interleaved")
     parser.add_argument("--no-cli", action="store_true", help="time the catalog only, not the airflow command")
     args = parser.parse_args(argv)
 
@@ -150,13 +188,30 @@ def main(argv: list[str] | None = None) -> int:
             f"in {time.perf_counter() - started:.1f} s",
             flush=True,
         )
-        elapsed, found, requests = time_catalog(backend)
-        print(f"catalog: {found} caches in {elapsed:.2f} s; S3 requests: {requests}", flush=True)
-        print(f"floor: the same keys listed with boto3 alone in {time_floor(backend):.2f} s", flush=True)
-        if found != args.caches:
-            raise SystemExit(f"the catalog found {found} caches, expected {args.caches}")
-        if not args.no_cli:
-            time_cli(backend.endpoint, args.caches)
+        env = None if args.no_cli else cli_environment(backend.endpoint)
+        if env is not None:
+            print(f"airflow: {bytecode_note()}", flush=True)
+        figures: dict[str, list[float]] = {"catalog": [], "floor": [], "airflow version": [], "cache list": []}
+        for repetition in range(1, args.repeat + 1):
+            elapsed, found, requests = time_catalog(backend)
+            if found != args.caches:
+                raise SystemExit(f"the catalog found {found} caches, expected {args.caches}")
+            figures["catalog"].append(elapsed)
+            figures["floor"].append(time_floor(backend))
+            line = f"#{repetition}: catalog {elapsed:.2f} s ({requests}); boto3 alone {figures['floor'][-1]:.2f} s"
+            if env is not None:
+                figures["airflow version"].append(time_airflow_start(env))
+                command, served = time_cli(backend, env, args.caches)
+                figures["cache list"].append(command)
+                line += (
+                    f"; airflow version {figures['airflow version'][-1]:.2f} s; "
+                    f"airflow pydantic-ai cache list -o json {command:.2f} s ({served})"
+                )
+            print(line, flush=True)
+        print(f"load average after: {', '.join(f'{load:.1f}' for load in os.getloadavg())}")
+        for name, values in figures.items():
+            if values:
+                print(f"{name}: {_spread(values)}")
     finally:
         backend.close()
     return 0

@@ -201,6 +201,9 @@ class S3Backend(Backend):
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
+        self.served: Counter[str] = Counter()
+        """Requests the server answered by operation, whoever sent them (a command in a subprocess too)."""
+        _count_requests(self._server, self.served)
         host, port = self._server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
         credentials = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench", "region_name": "us-east-1"}
@@ -227,6 +230,32 @@ class S3Backend(Backend):
 
     def close(self) -> None:
         self._server.stop()
+
+
+def _count_requests(server: Any, served: Counter[str]) -> None:
+    """Count every request ``server`` (a started ``ThreadedMotoServer``) answers in ``served``."""
+    wsgi_server = server._server  # werkzeug's server: its handlers call ``self.server.app``
+    app = wsgi_server.app
+
+    def counting_app(environ: dict[str, Any], start_response: Any) -> Any:
+        served[_s3_operation(environ)] += 1
+        return app(environ, start_response)
+
+    wsgi_server.app = counting_app
+
+
+def _s3_operation(environ: dict[str, Any]) -> str:
+    """The S3 operation of a path-style request, as botocore names it (the ones this benchmark sends)."""
+    method, query = environ["REQUEST_METHOD"], environ.get("QUERY_STRING", "")
+    on_object = "/" in environ.get("PATH_INFO", "").strip("/")
+    if method == "GET" and not on_object:
+        return "ListObjectsV2" if "list-type=2" in query else "ListObjects"
+    if method == "POST" and "delete" in query:
+        return "DeleteObjects"
+    names = {"GET": "GetObject", "HEAD": "HeadObject", "PUT": "PutObject", "DELETE": "DeleteObject"}
+    if on_object and method in names:
+        return names[method]
+    return f"{method} {'object' if on_object else 'bucket'}"
 
 
 def open_backend(name: str) -> Backend:

@@ -250,7 +250,7 @@ def scenario(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 def _rows(result: CLIResult) -> dict[tuple[str, int], dict[str, Any]]:
     assert result.code == 0, result.stderr
-    return {(row["dag_id"].rsplit("_", 1)[0], int(row["map_index"])): row for row in result.json()}
+    return {(row["dag_id"].rsplit("_", 1)[0], row["map_index"]): row for row in result.json()}
 
 
 def test_list_shows_every_cache_with_its_task_state(scenario: Scenario) -> None:
@@ -273,8 +273,8 @@ def test_list_shows_every_cache_with_its_task_state(scenario: Scenario) -> None:
     }
     failed = rows[("cli_failed", -1)]
     # The model's first answer (calling both tools) and fetch_ticket; notify_team failed, so it is not cached.
-    assert (int(failed["entries"]), int(failed["model_steps"]), int(failed["tool_steps"])) == (2, 1, 1)
-    assert int(failed["bytes"]) > 0
+    assert (failed["entries"], failed["model_steps"], failed["tool_steps"]) == (2, 1, 1)
+    assert type(failed["bytes"]) is int and failed["bytes"] > 0  # a JSON number, not Airflow's "3681"
     assert failed["run_id"] == scenario.runs["failed"]
     assert failed["location"] == f"{scenario.base_url}/{failed['dag_id']}/{failed['run_id']}/triage/-1/"
     written = datetime.fromisoformat(failed["last_written"])
@@ -291,7 +291,7 @@ def test_list_filters_by_ids_and_age(scenario: Scenario) -> None:
     table = scenario.cli("list", "--dag-id", failed_dag)
 
     assert [row["dag_id"] for row in only_failed.json()] == [failed_dag]
-    assert sorted(int(row["map_index"]) for row in only_index.json()) == list(range(11))
+    assert sorted(row["map_index"] for row in only_index.json()) == list(range(11))
     assert old.code == 0 and old.json() == []
     assert table.code == 0
     assert "task_state" in table.stdout and failed_dag in table.stdout
@@ -313,11 +313,11 @@ def test_show_lists_the_steps_and_decodes_one_with_secrets_masked(scenario: Scen
 
     assert steps.code == 0, steps.stderr
     assert [(row["step"], row["kind"], row["name"]) for row in steps.json()] == [
-        ("1", "model", "test:test"),
-        ("2", "tool", "fetch_ticket"),
+        (1, "model", "test:test"),
+        (2, "tool", "fetch_ticket"),
     ]
     assert steps.json()[1]["call_id"] == "pyd_ai_tool_call_id__fetch_ticket"
-    assert steps.json()[1]["attempt"] == "1"
+    assert steps.json()[1]["attempt"] == 1
     assert step.code == 0, step.stderr
     assert "Step 2: tool fetch_ticket" in step.stdout
     assert "Login page times out" in step.stdout
@@ -405,7 +405,7 @@ def test_rm_from_step_keeps_the_steps_before(scenario: Scenario) -> None:
     assert too_far.code == 1 and "--from-step must be 1..2" in too_far.stderr
     assert forked.code == 0, forked.stderr
     assert "the next try replays steps 1..1" in forked.stdout
-    assert [(row["step"], row["kind"]) for row in steps.json()] == [("1", "model")]
+    assert [(row["step"], row["kind"]) for row in steps.json()] == [(1, "model")]
 
 
 @pytest.mark.skipif(
@@ -432,7 +432,7 @@ def test_gc_deletes_only_caches_no_task_instance_will_read(scenario: Scenario) -
 
     assert young.code == 0 and "Nothing to delete" in young.stdout
     assert dry.code == 0, dry.stderr
-    doomed = {(row["dag_id"].rsplit("_", 1)[0], int(row["map_index"])) for row in dry.json()}
+    doomed = {(row["dag_id"].rsplit("_", 1)[0], row["map_index"]) for row in dry.json()}
     assert ("cli_retry", -1) not in doomed
     assert {("cli_failed", -1), ("cli_success", -1), ("cli_deleted", -1), ("cli_mapped", 10)} <= doomed
     assert "Would delete" in dry.stderr and "bytes" in dry.stderr

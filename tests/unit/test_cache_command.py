@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,6 +75,54 @@ def test_a_misconfigured_cache_path_is_one_line_and_exit_1(monkeypatch: pytest.M
 
     assert str(stopped.value.code).startswith("error: durable_cache_path 'relative/folder' is neither a URL")
     assert "\n" not in str(stopped.value.code)
+
+
+@pytest.fixture
+def one_step_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = tmp_path / "cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    store = StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", IDENTITY)
+    store.put(StepEntry("tool", "a" * 64, 1, 1, "fetch_ticket", {"outcome": "return", "value": "the ticket"}))
+
+
+@pytest.mark.usefixtures("one_step_cache")
+def test_json_and_yaml_keep_numbers_as_numbers_and_the_table_shows_them(capsys: pytest.CaptureFixture[str]) -> None:
+    from airflow.utils import yaml
+
+    cache_command.cache_show(_args(output="json"))
+    as_json = json.loads(capsys.readouterr().out)
+    cache_command.cache_show(_args(output="yaml"))
+    as_yaml = yaml.safe_load(capsys.readouterr().out)
+    cache_command.cache_show(_args(output="plain"))
+    as_plain = capsys.readouterr().out
+
+    assert as_yaml == as_json
+    [step] = as_json
+    assert (step["step"], step["kind"], step["name"], step["attempt"]) == (1, "tool", "fetch_ticket", 1)
+    assert type(step["bytes"]) is int and step["bytes"] > 0
+    header, values = as_plain.splitlines()
+    assert header.split() == list(step)
+    assert values.split()[:3] == ["1", "tool", "fetch_ticket"] and str(step["bytes"]) in values.split()
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_off_a_terminal_the_document_is_what_airflows_formatter_prints(
+    output: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow.cli.simple_table import AirflowConsole
+
+    rows = [
+        {"dag_id": "etl", "map_index": -1, "bytes": 3681, "last_written": None, "location": "s3://c@b/etl/ü/-1/"},
+        {"dag_id": "x" * 300, "map_index": 10, "bytes": 0, "last_written": "2026-11-24T19:33:37+00:00", "location": ""},
+    ]
+    printer = AirflowConsole().print_as_json if output == "json" else AirflowConsole().print_as_yaml
+
+    cache_command._print_rows(rows, output)
+    ours = capsys.readouterr().out
+    printer(rows)  # type: ignore[arg-type]
+    airflows = capsys.readouterr().out
+
+    assert ours == airflows
 
 
 @pytest.mark.parametrize(

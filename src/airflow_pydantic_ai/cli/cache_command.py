@@ -15,6 +15,7 @@ deletes one task instance's prefix, ``gc`` only caches found under the base.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -80,7 +81,27 @@ def _console() -> Any:
 
 
 def _print_rows(rows: list[dict[str, Any]], output: str) -> None:
-    _console().print_as(data=rows, output=output)
+    """Rows as a table through Airflow's formatter, or as JSON or YAML with numbers kept as numbers.
+
+    Airflow's formatter turns every value into a string (``"bytes": "3681"``), which scripts then have
+    to convert back. The document is the text the formatter would print (highlighted on a terminal);
+    off a terminal it is written as it is, since highlighting 1,000 rows nobody sees takes a second.
+    """
+    if output not in ("json", "yaml"):
+        _console().print_as(data=rows, output=output)
+        return
+    if output == "json":
+        document = json.dumps(rows)
+    else:
+        from airflow.utils import yaml
+
+        document = yaml.dump(rows)
+    if sys.stdout.isatty():
+        from rich.syntax import Syntax
+
+        _console().print(Syntax(document, output, theme="ansi_dark"), soft_wrap=True)
+    else:
+        print(document)
 
 
 def parse_age(text: str) -> dt.timedelta:
