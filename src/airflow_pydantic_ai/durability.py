@@ -17,18 +17,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import (
-    DurableConfigError,
-    DurableRun,
-    StepStore,
-    TaskIdentity,
-    make_private_folders,
-    secret_check,
-)
+from airflow_pydantic_ai.durable import DurableConfigError, StepStore, TaskIdentity, make_private_folders
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
+    from airflow_pydantic_ai.durable import DurableRun
     from airflow_pydantic_ai.durable.stats import TaskLogger
 
 __all__ = [
@@ -338,6 +332,9 @@ def start_durable_run(
     ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
     so the cache holds this very try's steps and must be kept.
     """
+    # Here, not at the top: the cache commands import this module and never need pydantic-ai.
+    from airflow_pydantic_ai.durable import DurableRun, secret_check
+
     ti = context["ti"]
     settings = DurableSettings.read(cache_path)
     identity = task_identity(ti)
