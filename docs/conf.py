@@ -53,6 +53,7 @@ nitpick_ignore_regex = [
         r"BaseException|ValueError|TypeError|KeyError|LookupError|ImportError|RuntimeError|TimeoutError|"
         r"OSError|NotImplementedError|Mapping|Sequence|Iterable|Iterator|AsyncIterator|Awaitable|Literal|"
         r"Self|TaskLogger|Context|BaseOperator|BaseHook|Connection|Model|Agent|AbstractToolset|UsageLimits|"
-        r"ModelMessage|ModelResponse|ModelSettings|ModelRequestParameters|RunContext|ToolsetTool)",
+        r"ModelMessage|ModelResponse|ModelSettings|ModelRequestParameters|RunContext|ToolsetTool|ObjectStoragePath|"
+        r"DurableRun|Collection|AgentRunResult|WaitingForDecisions)",
     ),
 ]
