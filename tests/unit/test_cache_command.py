@@ -81,7 +81,7 @@ def test_a_misconfigured_cache_path_is_one_line_and_exit_1(monkeypatch: pytest.M
 def one_step_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = tmp_path / "cache"
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    store = StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", IDENTITY)
+    store = local_store(base, IDENTITY)
     store.put(StepEntry("tool", "a" * 64, 1, 1, "fetch_ticket", {"outcome": "return", "value": "the ticket"}))
 
 
