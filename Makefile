@@ -111,12 +111,17 @@ matrix-newer-python:
 		MATRIX_PYTHON=$(NEWER_PYTHON)
 
 # Regenerate every constraints/*.txt from pyproject.toml: the two pinned versions, everything else
-# the newest release that resolves on Python 3.11 / Linux.
+# the newest release that resolves on Python 3.11 / Linux, except the caps below.
+# fastapi<0.137: Airflow 3.3 declares that cap itself, 3.2.2 declares none, and with fastapi 0.165 (what
+# 3.2 resolved to unbounded) its execution API fails to build (pydantic "Model 'TITerminalStatePayload'
+# needs a discriminator field"), so every dag.test() task fails before it starts.
+MATRIX_CAPS := fastapi<0.137
 constraints: $(UV)
 	mkdir -p constraints
 	@set -e; for a in $(MATRIX_AIRFLOW); do for p in $(MATRIX_PYDANTIC_AI); do \
 		out=constraints/airflow-$${a%.*}-pydantic-ai-$${p%.*}.txt; \
 		printf 'apache-airflow==%s\npydantic-ai-slim==%s\n' $$a $$p > $(TOOLS)/pins.txt; \
+		printf '%s\n' $(foreach c,$(MATRIX_CAPS),'$(c)') >> $(TOOLS)/pins.txt; \
 		$(UV) pip compile pyproject.toml --extra test -c $(TOOLS)/pins.txt --python-version 3.11 \
 			--python-platform x86_64-unknown-linux-gnu --no-header --no-annotate --quiet -o $$out; \
 		echo "wrote $$out"; done; done
