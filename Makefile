@@ -124,12 +124,21 @@ matrix-newer-python:
 		MATRIX_PYTHON=$(NEWER_PYTHON)
 
 # Regenerate every constraints/*.txt from pyproject.toml: the two pinned versions, everything else
-# the newest release that resolves on Python 3.11 / Linux.
+# the newest release that resolves on Python 3.11 / Linux, except for caps Airflow 3.2.2 needs and does
+# not declare (3.3 declares or does not need them):
+# - fastapi<0.137: with fastapi 0.165 its execution API fails to build (pydantic "Model
+#   'TITerminalStatePayload' needs a discriminator field"); Airflow 3.3 declares fastapi<0.137 itself.
+# - svcs<26.2: svcs 26.2 removes `svcs_registry` from the app state when a lifespan exits, and 3.2.2's
+#   InProcessExecutionAPI ends its lifespan when the object is collected, which dag.test() does at once
+#   ("'State' object has no attribute 'svcs_registry'"); 3.3 ties the lifespan to the transport instead.
+# Without them every dag.test() task fails before it starts on Airflow 3.2.
+AIRFLOW_3_2_CAPS := 'fastapi<0.137' 'svcs<26.2'
 constraints: $(UV)
 	mkdir -p constraints
 	@set -e; for a in $(MATRIX_AIRFLOW); do for p in $(MATRIX_PYDANTIC_AI); do \
 		out=constraints/airflow-$${a%.*}-pydantic-ai-$${p%.*}.txt; \
 		printf 'apache-airflow==%s\npydantic-ai-slim==%s\n' $$a $$p > $(TOOLS)/pins.txt; \
+		case $$a in 3.2.*) printf '%s\n' $(AIRFLOW_3_2_CAPS) >> $(TOOLS)/pins.txt;; esac; \
 		$(UV) pip compile pyproject.toml --extra test -c $(TOOLS)/pins.txt --python-version 3.11 \
 			--python-platform x86_64-unknown-linux-gnu --no-header --no-annotate --quiet -o $$out; \
 		echo "wrote $$out"; done; done
