@@ -4,6 +4,8 @@ and the templated ``durable_cache_path``; under real Airflow runs (dag.test() wi
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -36,17 +38,28 @@ def _try_number() -> int:
     return get_current_context()["ti"].try_number
 
 
+LOOKED_UP = threading.Event()
+
+
 def lookup(ctx: RunContext[Desk], ticket_id: int) -> str:
     """Look a ticket up for the team in the run's deps."""
     CALLS["lookup"] += 1
     ctx.deps.seen.append(ticket_id)
+    LOOKED_UP.set()
     return f"ticket {ticket_id} belongs to {ctx.deps.team}"
 
 
 def escalate(ctx: RunContext[Desk], ticket_id: int) -> str:
-    """Escalate; fails on the first try."""
+    """Escalate; fails on the first try, after the lookup beside it has returned.
+
+    The two calls run in parallel threads. Had escalate raised first, pydantic-ai would cancel the run's
+    other calls before reporting lookup's result, and whether an event stream sees that result would
+    depend on which thread won (it did not, now and then, under pydantic-ai 2.62).
+    """
     CALLS["escalate"] += 1
     if _try_number() == 1:
+        LOOKED_UP.wait(timeout=10)
+        time.sleep(0.5)  # and the event loop has handed lookup's result on
         raise ConnectionError("pager down (first try only)")
     return f"escalated to {ctx.deps.team} (deps saw {len(ctx.deps.seen)} lookups in this process)"
 
@@ -57,6 +70,7 @@ def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
     CALLS.clear()
     EVENTS.clear()
+    LOOKED_UP.clear()
     return base
 
 

@@ -282,7 +282,9 @@ def test_run_live_from_step_2_then_a_real_retry_replays_only_step_1(site: Site, 
 def test_delete_cache_then_a_real_retry_runs_every_step_live(site: Site, browser: Any) -> None:
     run_id = site.runs["delete"]
     page = log_in(browser, site, "admin")
-    page.evaluate("window.localStorage.setItem('theme', 'dark')")  # the UI's colour mode: the view follows it
+    # The UI's colour mode (the view follows it), set before each document loads: an evaluate() right after the
+    # log-in can land while the UI still navigates, and fail with "Execution context was destroyed".
+    page.context.add_init_script("window.localStorage.setItem('theme', 'dark')")
     frame = open_cache_tab(page, site, run_id)
     assert len(step_rows(frame)) == 5
     assert frame.locator("html").get_attribute("data-theme") == "dark"
