@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from airflow_pydantic_ai.durable.entry import is_entry_name
 from airflow_pydantic_ai.durable.identity import TaskIdentity, id_segment, is_shortened
 from airflow_pydantic_ai.durable.store import StepStore, modified_time
 
@@ -158,7 +159,7 @@ def _relative_parts(path: str, root: str) -> list[str] | None:
 
 def _entry_kind(name: str) -> str | None:
     """``model`` or ``tool`` for an entry's file name; None for temporary, probe or foreign files."""
-    if name.startswith(".") or not name.endswith(".json"):
+    if not is_entry_name(name):
         return None
     kind = name.split("-", 1)[0]
     return kind if kind in ("model", "tool") and "-" in name else None

@@ -41,16 +41,12 @@ from airflow_pydantic_ai.durable.stats import AttemptStats, StepCounts, TaskLogg
 from airflow_pydantic_ai.durable.store import StepStore
 from airflow_pydantic_ai.durable.tool_step import ToolStep
 from airflow_pydantic_ai.durable.usage import ReplayLedger, replay_aware
-from airflow_pydantic_ai.durable.writer import StepWriter, StorageErrors, TryOutlook
+from airflow_pydantic_ai.durable.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.decision import DecisionStep
 
 __all__ = ["DurableRun"]
-
-
-def _no_secrets(value: Any) -> bool:
-    return False
 
 
 @dataclass
@@ -59,7 +55,6 @@ class DurableRun:
 
     writer: StepWriter
     attempt: int
-    outlook: TryOutlook = field(default_factory=TryOutlook)
     entries: dict[str, StepEntry] = field(default_factory=dict, repr=False)
     keys: KeyChain = field(default_factory=KeyChain, repr=False)
     stats: AttemptStats = field(default_factory=AttemptStats)
@@ -77,7 +72,7 @@ class DurableRun:
         *,
         attempt: int,
         log: TaskLogger,
-        contains_secret: Callable[[Any], bool] = _no_secrets,
+        contains_secret: Callable[[Any], bool] = no_secrets,
         storage_errors: StorageErrors = "warn",
         probe: bool = False,
         takes_recorded_output: bool = True,
@@ -101,7 +96,7 @@ class DurableRun:
         """
         outlook = TryOutlook(retry_coming, takes_recorded_output, delete_hint)
         writer = StepWriter(store, log, contains_secret, storage_errors, outlook)
-        run = cls(writer=writer, attempt=attempt, outlook=outlook, keys=KeyChain(fingerprinter or Fingerprinter()))
+        run = cls(writer=writer, attempt=attempt, keys=KeyChain(fingerprinter or Fingerprinter()))
         if probe and not writer.check_at_start():
             return run
         try:
@@ -134,6 +129,11 @@ class DurableRun:
     @property
     def log(self) -> TaskLogger:
         return self.writer.log
+
+    @property
+    def outlook(self) -> TryOutlook:
+        """What Airflow says about this try's place (whether a retry follows...), as the writer has it."""
+        return self.writer.outlook
 
     @property
     def replayed(self) -> StepCounts:

@@ -24,7 +24,7 @@ from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableStorag
 from airflow_pydantic_ai.durable.stats import TaskLogger
 from airflow_pydantic_ai.durable.store import StepStore
 
-__all__ = ["StepWriter", "StorageErrors", "TryOutlook", "secret_check"]
+__all__ = ["StepWriter", "StorageErrors", "TryOutlook", "no_secrets", "secret_check"]
 
 StorageErrors = Literal["warn", "fail"]
 _FIX = "Fix the storage, or set [pydantic_ai] durable_storage_errors = warn to run on without it."
@@ -33,7 +33,8 @@ _FIX = "Fix the storage, or set [pydantic_ai] durable_storage_errors = warn to r
 _CONFIGURATION_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError)
 
 
-def _no_secrets(value: Any) -> bool:
+def no_secrets(value: Any) -> bool:
+    """The secret check when nothing is registered as secret (outside a task)."""
     return False
 
 
@@ -97,7 +98,7 @@ class StepWriter:
 
     store: StepStore
     log: TaskLogger
-    contains_secret: Callable[[Any], bool] = _no_secrets
+    contains_secret: Callable[[Any], bool] = no_secrets
     """Whether a payload holds a value registered as secret (Airflow's secrets masker, in a task)."""
     storage_errors: StorageErrors = "warn"
     outlook: TryOutlook = field(default_factory=TryOutlook)
