@@ -6,7 +6,7 @@ It writes ``--caches`` task instance caches of ``--entries`` real entries each (
 tool results of about 1 KB, encoded as a task encodes them) under ``s3://durable-bench/cache``, then
 measures, ``--repeat`` times, interleaved (the machine may be shared: compare figures of one run)
 
-- the catalog alone (:func:`~airflow_pydantic_ai.durable.catalog.list_caches`, in this process), with
+- the catalog alone (:func:`~airflow_pydantic_ai.durable.storage.catalog.list_caches`, in this process), with
   every S3 request counted by operation (botocore's ``before-call`` event): the listing must cost a
   thousand keys per ``ListObjectsV2`` and never a GET per entry;
 - the floor: the same keys listed with boto3 alone (what the moto server costs; it runs in this
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from airflow_pydantic_ai.durable import TaskIdentity
-from airflow_pydantic_ai.durable.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from bench.storage import BUCKET, S3Backend
 
 PREFIX = "cache"
@@ -78,7 +78,7 @@ def fill(backend: S3Backend, caches: int, entries: int) -> int:
 
 
 def time_catalog(backend: S3Backend) -> tuple[float, int, dict[str, int]]:
-    from airflow_pydantic_ai.durable.catalog import list_caches
+    from airflow_pydantic_ai.durable.storage.catalog import list_caches
 
     backend.wire.clear()
     started = time.perf_counter()

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage
 
-from airflow_pydantic_ai.durable.fingerprint import RequestFingerprint
-from airflow_pydantic_ai.durable.keys import Fingerprinter
+from airflow_pydantic_ai.durable.keys.chain import Fingerprinter
+from airflow_pydantic_ai.durable.keys.fingerprint import RequestFingerprint
 
 __all__ = ["FingerprintProbe"]
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
     from airflow_pydantic_ai.durable import DurableRun
-    from airflow_pydantic_ai.durable.stats import TaskLogger
+    from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 
 __all__ = [
     "CONFIG_SECTION",

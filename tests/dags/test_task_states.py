@@ -16,7 +16,7 @@ from tests.helpers.airflow_run import run_dag
 
 from airflow_pydantic_ai.cli import task_states
 from airflow_pydantic_ai.durable import TaskIdentity
-from airflow_pydantic_ai.durable.catalog import CacheSummary
+from airflow_pydantic_ai.durable.storage.catalog import CacheSummary
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 

@@ -108,7 +108,7 @@ class _KillingLocalFiles:
     """The store's local-disk calls (its ``local_files`` seam), with kill points on them."""
 
     def __init__(self, points: _KillPoints):
-        from airflow_pydantic_ai.durable.store import LocalFiles
+        from airflow_pydantic_ai.durable.storage.store import LocalFiles
 
         self._real = LocalFiles()
         self._points = points

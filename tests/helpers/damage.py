@@ -17,7 +17,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from airflow_pydantic_ai.durable.entry import ENTRY_FORMAT, StepEntry
+from airflow_pydantic_ai.durable.storage.entry import ENTRY_FORMAT, StepEntry
 
 PROMPT = "triage the tickets"
 FETCHES = 3

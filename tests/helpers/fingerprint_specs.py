@@ -86,7 +86,7 @@ def build(spec: dict[str, Any]) -> tuple[list[Any], dict[str, Any], Any]:
 
 
 def fingerprint(spec: dict[str, Any]) -> dict[str, Any]:
-    from airflow_pydantic_ai.durable.fingerprint import MessageDigests, fingerprint_request
+    from airflow_pydantic_ai.durable.keys.fingerprint import MessageDigests, fingerprint_request
 
     messages, settings, parameters = build(spec)
     result = fingerprint_request(

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from tests.helpers.crash_worker import IDENTITY, KILL_KINDS, ForkServer, expected_output
 
-from airflow_pydantic_ai.durable.entry import CorruptEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry
 
 SEED = 20261122
 STEPS = 8

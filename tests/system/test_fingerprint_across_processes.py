@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent(
     from pydantic_ai.messages import ModelRequest, UserPromptPart
     from pydantic_ai.models import ModelRequestParameters
     from pydantic_ai.tools import ToolDefinition
-    from airflow_pydantic_ai.durable.fingerprint import MessageDigests, fingerprint_request
+    from airflow_pydantic_ai.durable.keys.fingerprint import MessageDigests, fingerprint_request
     params = ModelRequestParameters(
         function_tools=[ToolDefinition(name=n, parameters_json_schema={"type": "object"}) for n in "abc"],
     )

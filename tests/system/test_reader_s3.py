@@ -11,7 +11,7 @@ from tests.helpers.cache_fixture import IDENTITY
 from tests.helpers.durable import RecordingLog
 
 from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore
-from airflow_pydantic_ai.durable.reader import CacheReader
+from airflow_pydantic_ai.durable.storage.reader import CacheReader
 
 
 @pytest.mark.s3

@@ -152,7 +152,7 @@ def test_loading_a_large_cache_lists_once_and_fetches_in_one_batch(s3_bucket):
     from tests.helpers.durable import task_identity
 
     from airflow_pydantic_ai.durable import StepStore
-    from airflow_pydantic_ai.durable.entry import StepEntry
+    from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
     base = ObjectStoragePath(s3_bucket.url("agent-cache"))
     identity = task_identity("dag.x", "task-y", map_index=3)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from tests.helpers.crash_worker import IDENTITY, ForkServer, expected_output
 
-from airflow_pydantic_ai.durable.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
 STEPS = 8
 

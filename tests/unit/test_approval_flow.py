@@ -14,9 +14,9 @@ from tests.helpers.durable import RecordingLog, local_store, task_identity
 from airflow_pydantic_ai.approval.answer import ApprovalTimedOut, read_answer
 from airflow_pydantic_ai.approval.request import PendingCall, build_request, pretty_arguments
 from airflow_pydantic_ai.durable import DurableCapability, DurableRun
-from airflow_pydantic_ai.durable.approvals import WaitingForDecisions, run_until_decision_needed
-from airflow_pydantic_ai.durable.decision import Decision
-from airflow_pydantic_ai.durable.reader import CacheReader
+from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions, run_until_decision_needed
+from airflow_pydantic_ai.durable.steps.decision import Decision
+from airflow_pydantic_ai.durable.storage.reader import CacheReader
 
 IDENTITY = task_identity("dag", "mail", run_id="run")
 
@@ -174,7 +174,7 @@ def test_work_done_outside_the_agent_is_refused_naming_the_tool(tmp_path: Path) 
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import ExternalToolset
 
-    from airflow_pydantic_ai.durable.approvals import ApprovalsUnsupported
+    from airflow_pydantic_ai.durable.interception.approvals import ApprovalsUnsupported
     from airflow_pydantic_ai.operators.agent import _refuse_external_tools
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -214,7 +214,7 @@ def test_approval_asked_at_run_time_without_durable_says_to_turn_durable_on() ->
 def test_an_agent_with_output_validators_gets_advice_or_works_with_its_own_deferred_output(tmp_path: Path) -> None:
     from pydantic_ai.tools import DeferredToolRequests
 
-    from airflow_pydantic_ai.durable.approvals import ApprovalsUnsupported
+    from airflow_pydantic_ai.durable.interception.approvals import ApprovalsUnsupported
 
     plain = mail_agent("bob", [], [])
     plain.output_validator(lambda output: output)

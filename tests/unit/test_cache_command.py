@@ -18,7 +18,7 @@ from tests.helpers.durable import local_store, task_identity
 
 from airflow_pydantic_ai._compat import get_fernet
 from airflow_pydantic_ai.cli import cache_command
-from airflow_pydantic_ai.durable.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
 IDENTITY = task_identity("secret_dag", "triage", run_id="manual__1")
 

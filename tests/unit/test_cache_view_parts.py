@@ -14,7 +14,7 @@ from tests.helpers.durable import RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.cache_access import OutsideCacheBase, _check_inside, open_cache
 from airflow_pydantic_ai.durable import CacheReader, DurableCapability, DurableRun, StepStore
-from airflow_pydantic_ai.durable.attempts import AttemptRecord, latest_attempt
+from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, latest_attempt
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import TaskRef, ViewData, view_page
 
@@ -172,7 +172,7 @@ def test_the_page_escapes_every_value() -> None:
 def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_path: Path) -> None:
     from airflow.sdk.log import mask_secret
 
-    from airflow_pydantic_ai.durable.entry import StepEntry
+    from airflow_pydantic_ai.durable.storage.entry import StepEntry
     from airflow_pydantic_ai.ui.app import render_step
 
     store = _store(tmp_path)

@@ -9,9 +9,9 @@ import fsspec
 import pytest
 
 from airflow_pydantic_ai.durable import StepStore, TaskIdentity
-from airflow_pydantic_ai.durable.catalog import list_caches
-from airflow_pydantic_ai.durable.entry import StepEntry
-from airflow_pydantic_ai.durable.identity import is_shortened
+from airflow_pydantic_ai.durable.storage.catalog import list_caches
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.identity import is_shortened
 
 ODD_IDS = [
     TaskIdentity("etl", "manual__2026-11-22T04:00:00+00:00", "load", -1),

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from airflow_pydantic_ai.durable.codec import UnsupportedValue, decode_value, encode_value
+from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
 
 
 def _exact(value: Any) -> Any:

@@ -666,7 +666,7 @@ def test_sync_tool_still_running_when_a_sibling_fails_is_recorded(harness, secon
     """Only a run cancelled as a whole (a timeout) bounds the wait: a sibling's failure never does."""
     import time
 
-    from airflow_pydantic_ai.durable.toolset import CANCELLED_RUN_GRACE
+    from airflow_pydantic_ai.durable.interception.toolset import CANCELLED_RUN_GRACE
 
     assert seconds < 0.5 or seconds > CANCELLED_RUN_GRACE
 
@@ -735,7 +735,7 @@ def test_stream_left_before_its_end_is_not_replayed(harness):
 def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     """The result entry follows the rule of every step: a registered secret is never stored; a retry
     then replays the steps instead of returning the output."""
-    from airflow_pydantic_ai.durable.entry import RESULT_ENTRY
+    from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY
 
     log = RecordingLog()
     store = local_store(tmp_path / "cache", task_identity("d", "t", run_id="r"))

@@ -20,7 +20,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 
-from airflow_pydantic_ai.durable.fingerprint import (
+from airflow_pydantic_ai.durable.keys.fingerprint import (
     FingerprintError,
     MessageDigests,
     changed_components,

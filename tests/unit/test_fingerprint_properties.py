@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.helpers.fingerprint_specs import fingerprint
 from tests.helpers.fingerprint_strategies import json_values, names, specs, volatiles
 
-from airflow_pydantic_ai.durable.fingerprint import (
+from airflow_pydantic_ai.durable.keys.fingerprint import (
     MessageDigests,
     changed_components,
     fingerprint_request,

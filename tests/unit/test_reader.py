@@ -12,7 +12,7 @@ from tests.helpers.cache_fixture import FIXTURE, IDENTITY, fixture_agent
 from tests.helpers.durable import RecordingLog, local_store
 
 from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
-from airflow_pydantic_ai.durable.reader import CacheReader
+from airflow_pydantic_ai.durable.storage.reader import CacheReader
 
 
 def store_for(base: Path, identity: TaskIdentity = IDENTITY, log: RecordingLog | None = None) -> StepStore:
@@ -80,7 +80,7 @@ def test_read_decodes_a_model_answer_and_a_tool_result(tmp_path: Path) -> None:
 
 
 def test_render_truncates_and_masks() -> None:
-    from airflow_pydantic_ai.durable.reader import StepDetail, StepInfo
+    from airflow_pydantic_ai.durable.storage.reader import StepDetail, StepInfo
 
     info = StepInfo(1, "tool", "t", "c", 1, None, 10, "tool-x.json")
     detail = StepDetail(info, {"outcome": "return", "value": "hunter2 " + "x" * 10_000})

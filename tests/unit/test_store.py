@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.durable import RUN_ID, RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.durable import StepStore, TaskIdentity
-from airflow_pydantic_ai.durable.entry import CorruptEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry
 
 
 def make_store(tmp_path, identity: TaskIdentity | None = None, warnings: list[str] | None = None) -> StepStore:
@@ -200,7 +200,7 @@ def test_the_result_entry_has_the_guarantees_of_a_step(tmp_path, encrypted):
     """Checksum, owner binding and encryption cover the recorded output; another task instance's is rejected."""
     from cryptography.fernet import Fernet
 
-    from airflow_pydantic_ai.durable.entry import RESULT_ENTRY
+    from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY
 
     cipher = Fernet(Fernet.generate_key()) if encrypted else None
     store = make_store(tmp_path)
@@ -230,7 +230,7 @@ def test_the_result_entry_has_the_guarantees_of_a_step(tmp_path, encrypted):
 
 
 def test_clear_deletes_the_given_entries_first_and_the_result_last(tmp_path):
-    from airflow_pydantic_ai.durable.entry import RESULT_ENTRY
+    from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY
 
     store = make_store(tmp_path)
     names = [entry(key=key * 64).name for key in "abc"]

@@ -3,7 +3,8 @@
 Rooms: :mod:`.request` (what a person is asked), :mod:`.answer` (reading the answer into decisions),
 :mod:`.wait` (the version gate: park on Airflow 3.3+, defer on 3.1/3.2), :mod:`.flow` (one round:
 ask, then record the answer). The durable side (decisions recorded like steps, the run that stops and
-goes on) lives in :mod:`airflow_pydantic_ai.durable.approvals` and :mod:`airflow_pydantic_ai.durable.decision`.
+goes on) lives in :mod:`airflow_pydantic_ai.durable.interception.approvals` and
+:mod:`airflow_pydantic_ai.durable.steps.decision`.
 """
 
 from __future__ import annotations

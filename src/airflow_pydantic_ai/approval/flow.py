@@ -1,6 +1,7 @@
 """The Airflow side of an approval round: ask (write the request, release the worker), then record the answer.
 
-Data flows one way. The durable run stops with :class:`~airflow_pydantic_ai.durable.approvals.WaitingForDecisions`;
+Data flows one way. The durable run stops with
+:class:`~airflow_pydantic_ai.durable.interception.approvals.WaitingForDecisions`;
 :func:`ask` writes the human-in-the-loop request and waits through :mod:`~airflow_pydantic_ai.approval.wait`,
 carrying the pending calls' keys in the resume arguments (:class:`Resume`). When Airflow resumes the task,
 :func:`record_answer` turns the answer into one decision per call and records each in the durable cache;
@@ -19,9 +20,9 @@ from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.approval.answer import read_answer
 from airflow_pydantic_ai.approval.request import PendingCall, build_request
 from airflow_pydantic_ai.approval.wait import RENDERED_FIELD, parks_for_input, publish_request, wait_for_answer
-from airflow_pydantic_ai.durable.approvals import WaitingForDecisions
-from airflow_pydantic_ai.durable.decision import DecisionStep
-from airflow_pydantic_ai.durable.run import DurableRun
+from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
+from airflow_pydantic_ai.durable.steps.decision import DecisionStep
+from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["ApprovalSettings", "Resume", "ask", "record_answer"]
 

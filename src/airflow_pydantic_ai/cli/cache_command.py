@@ -3,8 +3,8 @@
 Every command opens the cache location exactly as a task does
 (:func:`~airflow_pydantic_ai.durability.open_cache_base`: the same URL resolution, connection,
 Fernet cipher and timeout), so a misconfiguration gives the task's error, and reads caches only
-through the durable package's read side (:mod:`~airflow_pydantic_ai.durable.catalog`,
-:class:`~airflow_pydantic_ai.durable.reader.CacheReader`).
+through the durable package's read side (:mod:`~airflow_pydantic_ai.durable.storage.catalog`,
+:class:`~airflow_pydantic_ai.durable.storage.reader.CacheReader`).
 
 Exit codes: 0 on success; 1 with a one-line ``error: ...`` naming what to fix on any user error
 (no traceback). Deleting asks for confirmation unless ``--yes``; with no terminal to ask on, it
@@ -24,8 +24,8 @@ from typing import Any
 
 from airflow_pydantic_ai.cli import task_states
 from airflow_pydantic_ai.durable import TaskIdentity
-from airflow_pydantic_ai.durable.catalog import CacheSummary, list_caches
-from airflow_pydantic_ai.durable.reader import CacheReader
+from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
+from airflow_pydantic_ai.durable.storage.reader import CacheReader
 
 __all__ = ["cache_gc", "cache_list", "cache_rm", "cache_show"]
 

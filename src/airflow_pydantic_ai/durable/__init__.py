@@ -14,15 +14,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt import run_agent
-    from airflow_pydantic_ai.durable.capability import DurableCapability
     from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableError, DurableStorageError, describe_error
-    from airflow_pydantic_ai.durable.identity import TaskIdentity, make_private_folders
-    from airflow_pydantic_ai.durable.reader import CacheReader, StepDetail, StepInfo
-    from airflow_pydantic_ai.durable.run import DurableRun
-    from airflow_pydantic_ai.durable.stats import SUMMARY_TEMPLATE, empty_summary
-    from airflow_pydantic_ai.durable.store import StepStore
-    from airflow_pydantic_ai.durable.writer import secret_check
+    from airflow_pydantic_ai.durable.interception.attempt import run_agent
+    from airflow_pydantic_ai.durable.interception.capability import DurableCapability
+    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, empty_summary
+    from airflow_pydantic_ai.durable.steps.writer import secret_check
+    from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, make_private_folders
+    from airflow_pydantic_ai.durable.storage.reader import CacheReader, StepDetail, StepInfo
+    from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = [
     "SUMMARY_TEMPLATE",
@@ -45,22 +45,22 @@ __all__ = [
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
-    "SUMMARY_TEMPLATE": "stats",
-    "CacheReader": "reader",
-    "DurableCapability": "capability",
+    "SUMMARY_TEMPLATE": "steps.stats",
+    "CacheReader": "storage.reader",
+    "DurableCapability": "interception.capability",
     "DurableConfigError": "errors",
     "DurableError": "errors",
-    "DurableRun": "run",
+    "DurableRun": "steps.run",
     "DurableStorageError": "errors",
-    "StepDetail": "reader",
-    "StepInfo": "reader",
-    "StepStore": "store",
-    "TaskIdentity": "identity",
+    "StepDetail": "storage.reader",
+    "StepInfo": "storage.reader",
+    "StepStore": "storage.store",
+    "TaskIdentity": "storage.identity",
     "describe_error": "errors",
-    "empty_summary": "stats",
-    "make_private_folders": "identity",
-    "run_agent": "attempt",
-    "secret_check": "writer",
+    "empty_summary": "steps.stats",
+    "make_private_folders": "storage.identity",
+    "run_agent": "interception.attempt",
+    "secret_check": "steps.writer",
 }
 
 

@@ -260,7 +260,7 @@ def create_app() -> FastAPI:
         task = task_ref(dag_id, run_id, task_id, map_index)
         state, try_number, operator = _task_row(task)
         access = _open(task)
-        from airflow_pydantic_ai.durable.attempts import latest_attempt
+        from airflow_pydantic_ai.durable.storage.attempts import latest_attempt
 
         steps = access.reader.steps()
         data = ViewData(

@@ -13,7 +13,7 @@ from html import escape
 from urllib.parse import urlencode
 
 from airflow_pydantic_ai.durable import StepInfo
-from airflow_pydantic_ai.durable.attempts import AttemptRecord
+from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord
 
 __all__ = ["Confirmation", "TaskRef", "ViewData", "confirmation_page", "message_page", "view_page"]
 

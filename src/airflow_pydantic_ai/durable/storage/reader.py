@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from airflow_pydantic_ai.durable.entry import CorruptEntry, SealedEntry, StepEntry
-from airflow_pydantic_ai.durable.store import StepStore
+from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, SealedEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from airflow_pydantic_ai.durable.entry import StepEntry
 from airflow_pydantic_ai.durable.errors import describe_error
-from airflow_pydantic_ai.durable.stats import TaskLogger
-from airflow_pydantic_ai.durable.store import StepStore
-from airflow_pydantic_ai.durable.writer import TryOutlook
+from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+from airflow_pydantic_ai.durable.steps.writer import TryOutlook
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["delete_after_success", "discard_earlier_run", "tidy_failed_try"]
 

@@ -9,10 +9,10 @@ from pydantic_ai import RunContext
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
-from airflow_pydantic_ai.durable.tool_step import CANCELLED_RUN_GRACE
+from airflow_pydantic_ai.durable.steps.tool_step import CANCELLED_RUN_GRACE
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["CANCELLED_RUN_GRACE", "CachingToolset"]
 

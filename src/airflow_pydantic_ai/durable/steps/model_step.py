@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import ModelResponse
 
-from airflow_pydantic_ai.durable.codec import decode_response, encode_response
-from airflow_pydantic_ai.durable.entry import StepEntry, entry_name
-from airflow_pydantic_ai.durable.keys import ModelKey
+from airflow_pydantic_ai.durable.keys.chain import ModelKey
+from airflow_pydantic_ai.durable.steps.codec import decode_response, encode_response
+from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["ModelStep"]
 

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from airflow_pydantic_ai.durable.codec import iter_text
-from airflow_pydantic_ai.durable.entry import StepEntry
 from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableStorageError, describe_error
-from airflow_pydantic_ai.durable.stats import TaskLogger
-from airflow_pydantic_ai.durable.store import StepStore
+from airflow_pydantic_ai.durable.steps.codec import iter_text
+from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["StepWriter", "StorageErrors", "TryOutlook", "no_secrets", "secret_check"]
 

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import Model
 
-from airflow_pydantic_ai.durable.fingerprint import (
+from airflow_pydantic_ai.durable.keys.fingerprint import (
     FingerprintError,
     MessageDigests,
     RequestFingerprint,

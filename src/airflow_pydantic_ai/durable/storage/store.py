@@ -27,8 +27,8 @@ from typing import Any, BinaryIO
 
 from fsspec.asyn import AsyncFileSystem, sync
 
-from airflow_pydantic_ai.durable.entry import RESULT_ENTRY, Cipher, CorruptEntry, StepEntry, is_entry_name
-from airflow_pydantic_ai.durable.identity import TaskIdentity, make_private_folders
+from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY, Cipher, CorruptEntry, StepEntry, is_entry_name
+from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, make_private_folders
 
 __all__ = ["LoadedCache", "LocalFiles", "StepStore", "modified_time"]
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic_ai.messages import ModelMessage, ModelRequest, SystemPromptPart, UserPromptPart
 
-from airflow_pydantic_ai.durable.canonical import FingerprintError, canonical_json, digest, strip
+from airflow_pydantic_ai.durable.keys.canonical import FingerprintError, canonical_json, digest, strip
 
 __all__ = ["Chain", "MessageDigests"]
 

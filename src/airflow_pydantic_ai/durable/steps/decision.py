@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
 
-from airflow_pydantic_ai.durable.entry import DECISION_KIND, StepEntry, entry_name
+from airflow_pydantic_ai.durable.storage.entry import DECISION_KIND, StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["Decision", "DecisionStep"]
 

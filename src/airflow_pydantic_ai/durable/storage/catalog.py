@@ -2,7 +2,7 @@
 
 What ``airflow pydantic-ai cache list`` and ``cache gc`` start from. A cache is a folder exactly four
 segments below the base (``{dag_id}/{run_id}/{task_id}/{map_index}/``, as
-:meth:`~airflow_pydantic_ai.durable.store.TaskIdentity.segments` names it) holding at least one
+:meth:`~airflow_pydantic_ai.durable.storage.store.TaskIdentity.segments` names it) holding at least one
 entry (``model-*.json`` or ``tool-*.json``).
 
 Guarantees: one recursive listing of the base (on S3, one paginated ``ListObjectsV2`` without a
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from airflow_pydantic_ai.durable.entry import is_entry_name
-from airflow_pydantic_ai.durable.identity import TaskIdentity, id_segment, is_shortened
-from airflow_pydantic_ai.durable.store import StepStore, modified_time
+from airflow_pydantic_ai.durable.storage.entry import is_entry_name
+from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, id_segment, is_shortened
+from airflow_pydantic_ai.durable.storage.store import StepStore, modified_time
 
 __all__ = ["CacheSummary", "list_caches"]
 

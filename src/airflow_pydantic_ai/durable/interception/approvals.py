@@ -26,8 +26,8 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.usage import RunUsage
 
-from airflow_pydantic_ai.durable.decision import DecisionStep
-from airflow_pydantic_ai.durable.run import DurableRun
+from airflow_pydantic_ai.durable.steps.decision import DecisionStep
+from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["ApprovalsUnsupported", "WaitingForDecisions", "run_until_decision_needed", "with_deferred_output"]
 

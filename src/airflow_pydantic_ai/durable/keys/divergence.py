@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_pydantic_ai.durable.entry import StepEntry
-from airflow_pydantic_ai.durable.fingerprint import changed_components
+from airflow_pydantic_ai.durable.keys.fingerprint import changed_components
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
 __all__ = ["Divergence"]
 

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
-from airflow_pydantic_ai.durable.approvals import WaitingForDecisions, run_until_decision_needed
-from airflow_pydantic_ai.durable.capability import DurableCapability
+from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions, run_until_decision_needed
+from airflow_pydantic_ai.durable.interception.capability import DurableCapability
 
 if TYPE_CHECKING:
     from pydantic_ai import Agent
     from pydantic_ai.agent import AgentRunResult
     from pydantic_ai.usage import UsageLimits
 
-    from airflow_pydantic_ai.durable.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["run_agent"]
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage
 
-from airflow_pydantic_ai.durable.canonical import FingerprintError, canonical_json, digest, jsonable, strip
-from airflow_pydantic_ai.durable.message_digests import MessageDigests
+from airflow_pydantic_ai.durable.keys.canonical import FingerprintError, canonical_json, digest, jsonable, strip
+from airflow_pydantic_ai.durable.keys.message_digests import MessageDigests
 
 __all__ = [
     "COMPONENT_LABELS",

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_pydantic_ai.durable.codec import decode_value, encode_value
-from airflow_pydantic_ai.durable.entry import RESULT_ENTRY, RESULT_KEY, StepEntry
-from airflow_pydantic_ai.durable.stats import TaskLogger
-from airflow_pydantic_ai.durable.writer import TryOutlook
+from airflow_pydantic_ai.durable.steps.codec import decode_value, encode_value
+from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+from airflow_pydantic_ai.durable.steps.writer import TryOutlook
+from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY, RESULT_KEY, StepEntry
 
 __all__ = ["RecordedOutput", "find_recorded_output", "output_entry"]
 

@@ -33,7 +33,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RequestUsage
 
-from airflow_pydantic_ai.durable.roundtrip import MAX_DEPTH, MAX_INT_BITS, is_plain_json, same, undeclared_state
+from airflow_pydantic_ai.durable.steps.roundtrip import MAX_DEPTH, MAX_INT_BITS, is_plain_json, same, undeclared_state
 
 __all__ = [
     "UnsupportedValue",

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_pydantic_ai.durable.store import StepStore
+from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["AttemptRecord", "latest_attempt", "record_attempt"]
 

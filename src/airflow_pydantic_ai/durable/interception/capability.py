@@ -13,9 +13,9 @@ from pydantic_ai.models import Model
 from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
-from airflow_pydantic_ai.durable.model import CachingModel
-from airflow_pydantic_ai.durable.run import DurableRun
-from airflow_pydantic_ai.durable.toolset import CachingToolset
+from airflow_pydantic_ai.durable.interception.model import CachingModel
+from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
+from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["DurableCapability"]
 

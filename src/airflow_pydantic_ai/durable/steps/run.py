@@ -1,7 +1,7 @@
 """One attempt of a durable agent run: the loaded cache, the lookup of each step, and the attempt's ends.
 
 A :class:`DurableRun` is opened at the start of a task attempt with the task instance's
-:class:`~airflow_pydantic_ai.durable.store.StepStore`. The caching model and toolset ask it for each
+:class:`~airflow_pydantic_ai.durable.storage.store.StepStore`. The caching model and toolset ask it for each
 step (:meth:`DurableRun.model_step`, :meth:`DurableRun.tool_step`, :meth:`DurableRun.output_step`);
 the step replays its entry or runs live and records itself. The state each concern owns lives in a
 room of its own: the key chain (``keys.py``), the writer and the storage-errors policy
@@ -26,25 +26,25 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
-from airflow_pydantic_ai.durable.attempts import AttemptRecord, record_attempt
-from airflow_pydantic_ai.durable.cleanup import delete_after_success, discard_earlier_run, tidy_failed_try
-from airflow_pydantic_ai.durable.codec import UnsupportedValue
-from airflow_pydantic_ai.durable.divergence import Divergence
-from airflow_pydantic_ai.durable.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.errors import describe_error
-from airflow_pydantic_ai.durable.fingerprint import FingerprintError
-from airflow_pydantic_ai.durable.keys import Fingerprinter, KeyChain
-from airflow_pydantic_ai.durable.last_answer import LastAnswer
-from airflow_pydantic_ai.durable.model_step import ModelStep
-from airflow_pydantic_ai.durable.result import RecordedOutput, find_recorded_output, output_entry
-from airflow_pydantic_ai.durable.stats import AttemptStats, StepCounts, TaskLogger
-from airflow_pydantic_ai.durable.store import StepStore
-from airflow_pydantic_ai.durable.tool_step import ToolStep
-from airflow_pydantic_ai.durable.usage import ReplayLedger, replay_aware
-from airflow_pydantic_ai.durable.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
+from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain
+from airflow_pydantic_ai.durable.keys.divergence import Divergence
+from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
+from airflow_pydantic_ai.durable.steps.cleanup import delete_after_success, discard_earlier_run, tidy_failed_try
+from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
+from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
+from airflow_pydantic_ai.durable.steps.model_step import ModelStep
+from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
+from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
+from airflow_pydantic_ai.durable.steps.usage import ReplayLedger, replay_aware
+from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
+from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
+from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
+from airflow_pydantic_ai.durable.storage.store import StepStore
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.decision import DecisionStep
+    from airflow_pydantic_ai.durable.steps.decision import DecisionStep
 
 __all__ = ["DurableRun"]
 
@@ -243,7 +243,7 @@ class DurableRun:
         ``messages`` is the run's conversation; the key covers it up to the model answer that made the
         call (the tool key formula), and the chain of model steps so far.
         """
-        from airflow_pydantic_ai.durable.decision import DecisionStep
+        from airflow_pydantic_ai.durable.steps.decision import DecisionStep
 
         step = DecisionStep(run=self, call=call, key=None, step_number=self.keys.model_steps)
         if self.keys.failed_closed:

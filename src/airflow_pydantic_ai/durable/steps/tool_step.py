@@ -23,11 +23,11 @@ from pydantic import TypeAdapter
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed, ToolRetryError
 from pydantic_ai.messages import RetryFeedbackPart, ToolReturnPart
 
-from airflow_pydantic_ai.durable.codec import UnsupportedValue, decode_value, encode_value
-from airflow_pydantic_ai.durable.entry import StepEntry, entry_name
+from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
+from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["CANCELLED_RUN_GRACE", "ToolStep"]
 

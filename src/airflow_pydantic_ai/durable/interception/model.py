@@ -14,7 +14,7 @@ from pydantic_ai.settings import ModelSettings
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
 
-    from airflow_pydantic_ai.durable.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["CachingModel"]
 
