@@ -13,6 +13,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
+from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable.interception.model import CachingModel
 from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
 from airflow_pydantic_ai.durable.steps.run import DurableRun
@@ -27,7 +28,9 @@ class DurableCapability(AbstractCapability[Any]):
     Pass it per run (``agent.run(..., capabilities=[DurableCapability(run)])``): the user's agent
     is left unmodified, and every tool source (``toolsets=``, ``@agent.tool``, toolset capabilities,
     MCP servers, dynamic toolsets) is covered without toolset ids. Output functions (``output_type=``
-    a function, ``ToolOutput(fn)``, ``TextOutput(fn)``) are recorded and replayed like tools.
+    a function, ``ToolOutput(fn)``, ``TextOutput(fn)``) are recorded and replayed like tools; an output
+    validator that fails after the function returned leaves the function's result recorded, and it runs
+    again on the replayed result.
     """
 
     run: DurableRun
@@ -66,4 +69,20 @@ class DurableCapability(AbstractCapability[Any]):
             call.tool_call_id if call is not None else None,
             ctx.messages,
         )
-        return await step.replay_or_run(lambda: handler(output))
+        # pydantic-ai runs the output validators in the same step, after the function: a validator that
+        # failed on the function's recorded result runs again on it (from that validator on).
+        validators = _compat.output_validators(ctx)
+        if step.validators_from is not None:
+            value = step.replay()
+            for validator in validators[step.validators_from :]:
+                value = await validator.validate(value, ctx)
+            return value
+
+        def validator_failure(error: BaseException) -> tuple[int, Any, str] | None:
+            failed = _compat.failed_output_validator(error, validators)
+            if failed is None:
+                return None
+            index, value = failed
+            return index, value, getattr(validators[index].function, "__name__", f"number {index + 1}")
+
+        return await step.replay_or_run(lambda: handler(output), validator_failure=validator_failure)
