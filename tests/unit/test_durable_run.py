@@ -466,6 +466,36 @@ def test_an_output_validator_failing_after_the_function_returned_does_not_run_th
     assert not first.at("warning") and not log.at("warning")
 
 
+def test_a_result_recorded_before_a_validator_that_is_gone_is_not_handed_back_unvalidated(harness):
+    """The entry says which validator failed on the recorded result: when the next try's agent has other
+    validators, the recorded result could skip one, so the output function runs live again (with a warning)."""
+    from pydantic_ai import ToolOutput
+
+    tickets: list[str] = []
+
+    def file_ticket(title: str) -> str:
+        """File a ticket."""
+        tickets.append(title)
+        return f"TICKET-{len(tickets)}"
+
+    def agent_checking_with(check: Any) -> Agent[Any, str]:
+        agent: Agent[Any, str] = Agent(TestModel(), output_type=ToolOutput(file_ticket, name="file_ticket"))
+        agent.output_validator(check)
+        return agent
+
+    def link_ticket(output: str) -> str:
+        raise ConnectionError("tracker API down")
+
+    def check_ticket(output: str) -> str:
+        return output
+
+    with pytest.raises(ConnectionError):
+        harness.run(agent_checking_with(link_ticket), "file it")
+    result, _run, log = harness.run(agent_checking_with(check_ticket), "file it")
+    assert result.output == "TICKET-2" and len(tickets) == 2
+    assert any("output validator link_ticket failed on its result" in line for line in log.at("warning"))
+
+
 @pytest.mark.parametrize("rewrite", ["reassign-parts", "replace-message"])
 def test_history_rewritten_by_a_processor_is_seen(harness, rewrite):
     """pydantic-ai's supported ways to rewrite history mid-run: a message with a new ``parts`` list, or a

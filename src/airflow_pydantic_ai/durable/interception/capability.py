@@ -72,17 +72,32 @@ class DurableCapability(AbstractCapability[Any]):
         # pydantic-ai runs the output validators in the same step, after the function: a validator that
         # failed on the function's recorded result runs again on it (from that validator on).
         validators = _compat.output_validators(ctx)
-        if step.validators_from is not None:
-            value = step.replay()
-            for validator in validators[step.validators_from :]:
-                value = await validator.validate(value, ctx)
-            return value
+        if step.failed_validator is not None:
+            index, name = step.failed_validator
+            if index < len(validators) and _name_of(validators[index], index) == name:
+                value = step.replay()
+                for validator in validators[index:]:
+                    value = await validator.validate(value, ctx)
+                return value
+            # Never hand back a result that skipped a validator.
+            self.run.log.warning(
+                "Durable: %s was recorded when output validator %s failed on its result, and this run's output "
+                "validators differ; the function runs again",
+                step.label,
+                name,
+            )
+            step.forget()
 
         def validator_failure(error: BaseException) -> tuple[int, Any, str] | None:
             failed = _compat.failed_output_validator(error, validators)
             if failed is None:
                 return None
             index, value = failed
-            return index, value, getattr(validators[index].function, "__name__", f"number {index + 1}")
+            return index, value, _name_of(validators[index], index)
 
         return await step.replay_or_run(lambda: handler(output), validator_failure=validator_failure)
+
+
+def _name_of(validator: Any, index: int) -> str:
+    """An output validator's function name (``number 2`` for a nameless one), for the log and the entry."""
+    return str(getattr(validator.function, "__name__", None) or f"number {index + 1}")

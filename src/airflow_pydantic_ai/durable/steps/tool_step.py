@@ -62,9 +62,9 @@ class ToolStep:
     started: float = field(default_factory=time.monotonic)
     abandoned: bool = False
     """The run ended before this live call did: whatever it returns later is not recorded."""
-    validators_from: int | None = None
-    """A replayed output function result that had not passed every output validator: the index of the one
-    that failed on it (that validator and those after it run again on the replayed value)."""
+    failed_validator: tuple[int, str] | None = None
+    """A recorded output function result that had not passed every output validator: the index and name of
+    the one that failed on it (that validator and those after it run again on the replayed value)."""
 
     @property
     def entry_name(self) -> str:
@@ -82,7 +82,8 @@ class ToolStep:
                 self.replayed = (decode_value(entry.payload["value"]),)
             elif outcome == "validating":
                 self.replayed = (decode_value(entry.payload["value"]),)
-                self.validators_from = int(entry.payload["validators_from"])
+                validator = entry.payload["validator"]
+                self.failed_validator = (int(validator["index"]), str(validator["name"]))
             elif outcome in _RAISED_OUTCOMES:
                 self.replayed_error = _RAISED_OUTCOMES[outcome](str(entry.payload["message"]))
             elif outcome == "ToolRetryError":
@@ -91,7 +92,11 @@ class ToolStep:
                 raise UnsupportedValue(f"unknown outcome {outcome!r}")
         except Exception as error:  # whatever is wrong with the stored outcome, run the call live
             self.run.entry_unusable(entry, error, f"{self.label} runs live")
-            self.replayed, self.replayed_error, self.validators_from = None, None, None
+            self.forget()
+
+    def forget(self) -> None:
+        """Run live after all: drop the recorded outcome."""
+        self.replayed, self.replayed_error, self.failed_validator = None, None, None
 
     async def replay_or_run(
         self,
@@ -113,7 +118,7 @@ class ToolStep:
         """Return (or raise) what the tool did when it was recorded."""
         run = self.run
         run.stats.tool_replayed(self.entry_name)
-        if self.validators_from is None:
+        if self.failed_validator is None:
             run.log.info("Durable: %s replayed from the cache", self.label)
         else:
             run.log.info("Durable: %s replayed from the cache; the output validators run on its result", self.label)
@@ -241,7 +246,8 @@ class ToolStep:
         problem = "it cannot be fingerprinted"
         if self.key is not None:
             try:
-                payload = {"outcome": "validating", "value": encode_value(value), "validators_from": index}
+                encoded = encode_value(value)
+                payload = {"outcome": "validating", "value": encoded, "validator": {"index": index, "name": validator}}
             except UnsupportedValue as error_:
                 problem = str(error_)
         if payload is None:
