@@ -242,36 +242,31 @@ class ToolStep:
         # The run fails because of this output step, not because of the model answer that asked for it.
         self.run.last_answer.failed_call = True
         step_number = self.run.keys.model_steps
-        payload: dict[str, Any] | None = None
-        problem = "it cannot be fingerprinted"
-        if self.key is not None:
-            try:
-                encoded = encode_value(value)
-                payload = {"outcome": "validating", "value": encoded, "validator": {"index": index, "name": validator}}
-            except UnsupportedValue as error_:
-                problem = str(error_)
-        if payload is None:
+        elapsed = time.monotonic() - self.started
+        if self.key is None:
+            self.run.writer.skipped()
+            self.run.log.info(
+                "Durable: %s returned in %.2f s, then output validator %s failed (%s); it is not cached and %s",
+                *(self.label, elapsed, validator, type(error).__name__, self.run.outlook.what_next()),
+            )
+            return
+        try:
+            encoded = encode_value(value)
+        except UnsupportedValue as unsupported:
             self.run.writer.skipped()
             self.run.log.warning(
-                "Durable: %s returned in %.2f s, then output validator %s failed (%s); the result is not cached "
+                "Durable: %s returned in %.2f s, then output validator %s failed (%s); its result is not cached "
                 "(%s) and the function %s",
-                self.label,
-                time.monotonic() - self.started,
-                validator,
-                type(error).__name__,
-                problem,
-                self.run.outlook.what_next(),
+                *(self.label, elapsed, validator, type(error).__name__, unsupported, self.run.outlook.what_next()),
             )
             return
         self.run.log.info(
             "Durable: %s returned in %.2f s and is recorded, then output validator %s failed (%s); %s",
-            self.label,
-            time.monotonic() - self.started,
-            validator,
-            type(error).__name__,
+            *(self.label, elapsed, validator, type(error).__name__),
             self.run.outlook.what_next("a retry replays the result and runs the validators again"),
         )
-        self._write(step_number, payload)
+        validator_entry = {"index": index, "name": validator}
+        self._write(step_number, {"outcome": "validating", "value": encoded, "validator": validator_entry})
 
     def _record_raise(self, error: ModelRetry | ToolFailed) -> None:
         if self.abandoned:  # finished after its run ended: never recorded, already counted
