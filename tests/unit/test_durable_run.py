@@ -466,6 +466,55 @@ def test_an_output_validator_failing_after_the_function_returned_does_not_run_th
     assert not first.at("warning") and not log.at("warning")
 
 
+@pytest.mark.parametrize("form", ["tool-output", "text-output"])
+@pytest.mark.parametrize("raiser", ["function", "validator-of-an-agent-the-function-runs"])
+def test_an_output_function_that_raised_itself_is_blamed_and_runs_again(harness, form, raiser):
+    """Only a validator of this run failing after the function returned keeps its result: the function's own
+    exception, even one out of a validator of another agent it runs, leaves nothing recorded."""
+    from pydantic_ai import TextOutput, ToolOutput
+
+    tickets: list[str] = []
+    outage = {"left": 1}
+    tracker: Agent[Any, str] = Agent(TestModel(custom_output_text="ok"))
+
+    @tracker.output_validator
+    def tracker_reachable(output: str) -> str:
+        if outage["left"]:
+            outage["left"] -= 1
+            raise ConnectionError("tracker API down")
+        return output
+
+    async def file_ticket(title: str) -> str:
+        """File a ticket."""
+        tickets.append(title)
+        if raiser == "function" and outage["left"]:
+            outage["left"] -= 1
+            raise ConnectionError("tracker API down")
+        if raiser != "function":
+            await tracker.run("file it")
+        return f"TICKET-{len(tickets)}"
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if info.output_tools:
+            return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, {"title": "login broken"}, "c1")])
+        return ModelResponse(parts=[TextPart("login broken")])
+
+    output_type: Any = ToolOutput(file_ticket, name="file_ticket") if form == "tool-output" else TextOutput(file_ticket)
+    agent: Agent[Any, str] = Agent(FunctionModel(model), output_type=output_type)
+
+    @agent.output_validator
+    def passes(output: str) -> str:
+        return output
+
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "file it")
+    first = harness.logs[-1]
+    result, _run, _log = harness.run(agent, "file it")
+    assert result.output == "TICKET-2" and len(tickets) == 2
+    assert any("output function file_ticket" in line and "failed after" in line for line in first.at("info"))
+    assert not any("output validator" in line for line in first.at("info"))
+
+
 def test_a_result_recorded_before_a_validator_that_is_gone_is_not_handed_back_unvalidated(harness):
     """The entry says which validator failed on the recorded result: when the next try's agent has other
     validators, the recorded result could skip one, so the output function runs live again (with a warning)."""
