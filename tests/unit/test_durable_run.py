@@ -463,6 +463,7 @@ def test_an_output_validator_failing_after_the_function_returned_does_not_run_th
     blamed = [line for line in first.at("info") if "file_ticket" in line and "failed" in line]
     assert blamed and all("output validator link_ticket failed" in line for line in blamed), first.at("info")
     assert not any("it is not cached" in line for line in first.at("info"))
+    assert any("replayed from the cache; output validator link_ticket" in line for line in log.at("info"))
     assert not first.at("warning") and not log.at("warning")
 
 

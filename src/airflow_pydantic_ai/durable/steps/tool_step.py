@@ -121,7 +121,11 @@ class ToolStep:
         if self.failed_validator is None:
             run.log.info("Durable: %s replayed from the cache", self.label)
         else:
-            run.log.info("Durable: %s replayed from the cache; the output validators run on its result", self.label)
+            run.log.info(
+                "Durable: %s replayed from the cache; output validator %s (and any after it) runs again on it",
+                self.label,
+                self.failed_validator[1],
+            )
         if self.replayed_error is not None:
             if not isinstance(self.replayed_error, ToolFailed):  # a retry: it may be what makes the run fail
                 run.last_answer.drew_retry(self.entry_name, self.label, type(self.replayed_error).__name__)
