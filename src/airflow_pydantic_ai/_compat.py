@@ -5,17 +5,23 @@ the rest of the package reads the same on every release. Where
 ``apache-airflow-providers-common-compat`` already offers a stable name, it is used instead of a gate.
 Airflow is imported inside the functions, never at module import, so DAG parsing stays cheap.
 The releases this covers are the ones ``constraints/`` pins and ``make matrix`` tests.
+
+The pydantic-ai internals the package reads (and never changes) live here too, each in one function:
+``output_validators`` and ``failed_output_validator`` (pydantic-ai 2.62 to 2.68).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
     "airflow_version_at_least",
     "cli_command_prefix",
+    "failed_output_validator",
     "get_fernet",
+    "output_validators",
     "redact",
     "run_id_from_view_link",
     "storage_conn_id",
@@ -86,3 +92,39 @@ def storage_conn_id(path: Any) -> str | None:
     if airflow_version_at_least(3, 2):
         return path.conn_id
     return path.storage_options.get("conn_id")
+
+
+def output_validators(ctx: Any) -> tuple[Any, ...]:
+    """The ``@agent.output_validator`` functions of the run ``ctx`` (a ``RunContext``) belongs to, in the order
+    pydantic-ai runs them, as its ``OutputValidator`` objects (``await validator.validate(value, ctx)``).
+
+    pydantic-ai keeps them in ``Agent._output_validators`` and reads them from there at each run's start;
+    ``RunContext.agent`` names the agent. Empty when the context names no agent.
+    """
+    agent = getattr(ctx, "agent", None)
+    return tuple(getattr(agent, "_output_validators", None) or ())
+
+
+def failed_output_validator(error: BaseException, validators: Sequence[Any]) -> tuple[int, Any] | None:
+    """Which of ``validators`` raised ``error`` after the output function returned, and the value it was given.
+
+    pydantic-ai runs the output function and then the output validators in one step (``do_process``,
+    inside ``wrap_output_process``), and no hook sits between them: the traceback tells them apart. The
+    frame right below the outermost ``do_process`` is ``OutputValidator.validate`` when a validator
+    raised; anything else (the output function raised, or a run it made inside) gives None, as does a
+    pydantic-ai that no longer has these frames (the caller then treats the error as the function's).
+    """
+    from pydantic_ai._output import OutputValidator
+
+    validate = getattr(OutputValidator.validate, "__code__", None)
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_frame.f_code.co_name != "do_process":
+        traceback = traceback.tb_next
+    below = traceback.tb_next if traceback is not None else None
+    if below is None or below.tb_frame.f_code is not validate:
+        return None
+    frame_locals = below.tb_frame.f_locals
+    for index, validator in enumerate(validators):
+        if validator is frame_locals.get("self"):
+            return index, frame_locals.get("result")
+    return None

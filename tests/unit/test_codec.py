@@ -103,6 +103,42 @@ def test_a_stored_class_is_never_imported(tmp_path, monkeypatch):
     assert not (tmp_path / "never_imported_by_a_cache.ran").exists()
 
 
+def _import_file(path: Any, name: str) -> Any:
+    """Import ``path`` under ``name`` and register it in ``sys.modules``, as a DAG-file parse does."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_class_whose_file_was_imported_twice_comes_back_as_the_class_that_was_stored(tmp_path, monkeypatch):
+    """``airflow dags test`` imports the DAG file again under the same name while the task runs the first
+    import's tools: their values come back as the first import's classes, and only while the module still
+    holds the twin seen when storing (a later reload is looked up in ``sys.modules``, never the stale class)."""
+    name = f"dag_file_{uuid.uuid4().hex[:8]}"
+    source = tmp_path / f"{name}.py"
+    source.write_text(
+        "import dataclasses\nfrom pydantic import BaseModel\n\nclass Invoice(BaseModel):\n    total: float\n\n"
+        "@dataclasses.dataclass\nclass Customer:\n    name: str\n    invoices: list[Invoice]\n"
+    )
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    running = _import_file(source, name)  # the import whose tools the task runs
+    _import_file(source, name)  # the second parse: sys.modules now holds its twins
+    value = running.Customer(name="Ada", invoices=[running.Invoice(total=12.5)])
+
+    encoded = encode_value(value)  # raised "does not come back identical" before
+    rebuilt = decode_value(json.loads(json.dumps(encoded)))
+    assert type(rebuilt) is running.Customer and type(rebuilt.invoices[0]) is running.Invoice
+    assert rebuilt == value
+
+    reloaded = _import_file(source, name)  # the module moved on: the stored class is stale now
+    assert type(decode_value(encoded)) is reloaded.Customer
+
+
 @pytest.mark.parametrize(
     "node",
     [

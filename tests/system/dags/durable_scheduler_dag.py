@@ -3,7 +3,8 @@
 Not a test module: the real dag-processor parses it and the LocalExecutor runs its task.
 ``DURABLE_E2E_MARKER`` (set in the components' environment) names a file each tool appends
 ``<tool> <try number> <pid>`` to whenever it really runs, so the test can count real calls
-across the two task processes.
+across the two task processes. ``fetch_ticket`` returns a class defined here: the fresh task
+process of the retry must rebuild it from the cache as the class its own import of this file defines.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, get_current_context
+from pydantic import BaseModel
 from pydantic_ai.toolsets import FunctionToolset
 
 from airflow_pydantic_ai.operators.agent import AgentOperator
@@ -27,10 +29,15 @@ def _mark(tool: str) -> int:
     return try_number
 
 
-def fetch_ticket(ticket_id: int) -> dict:
+class Ticket(BaseModel):
+    id: int
+    title: str
+
+
+def fetch_ticket(ticket_id: int) -> Ticket:
     """Fetch a ticket (always succeeds)."""
     _mark("fetch_ticket")
-    return {"id": ticket_id, "title": "Login page times out"}
+    return Ticket(id=ticket_id, title="Login page times out")
 
 
 def notify_team(ticket_id: int) -> str:

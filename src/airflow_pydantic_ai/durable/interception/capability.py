@@ -13,6 +13,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
+from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable.interception.model import CachingModel
 from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
 from airflow_pydantic_ai.durable.steps.run import DurableRun
@@ -27,7 +28,9 @@ class DurableCapability(AbstractCapability[Any]):
     Pass it per run (``agent.run(..., capabilities=[DurableCapability(run)])``): the user's agent
     is left unmodified, and every tool source (``toolsets=``, ``@agent.tool``, toolset capabilities,
     MCP servers, dynamic toolsets) is covered without toolset ids. Output functions (``output_type=``
-    a function, ``ToolOutput(fn)``, ``TextOutput(fn)``) are recorded and replayed like tools.
+    a function, ``ToolOutput(fn)``, ``TextOutput(fn)``) are recorded and replayed like tools; an output
+    validator that fails after the function returned leaves the function's result recorded, and it runs
+    again on the replayed result.
     """
 
     run: DurableRun
@@ -66,4 +69,35 @@ class DurableCapability(AbstractCapability[Any]):
             call.tool_call_id if call is not None else None,
             ctx.messages,
         )
-        return await step.replay_or_run(lambda: handler(output))
+        # pydantic-ai runs the output validators in the same step, after the function: a validator that
+        # failed on the function's recorded result runs again on it (from that validator on).
+        validators = _compat.output_validators(ctx)
+        if step.failed_validator is not None:
+            index, name = step.failed_validator
+            if index < len(validators) and _name_of(validators[index], index) == name:
+                value = step.replay()
+                for validator in validators[index:]:
+                    value = await validator.validate(value, ctx)
+                return value
+            # Never hand back a result that skipped a validator.
+            self.run.log.warning(
+                "Durable: %s was recorded when output validator %s failed on its result, and this run's output "
+                "validators differ; the function runs again",
+                step.label,
+                name,
+            )
+            step.forget()
+
+        def validator_failure(error: BaseException) -> tuple[int, Any, str] | None:
+            failed = _compat.failed_output_validator(error, validators)
+            if failed is None:
+                return None
+            index, value = failed
+            return index, value, _name_of(validators[index], index)
+
+        return await step.replay_or_run(lambda: handler(output), validator_failure=validator_failure)
+
+
+def _name_of(validator: Any, index: int) -> str:
+    """An output validator's function name (``number 2`` for a nameless one), for the log and the entry."""
+    return str(getattr(validator.function, "__name__", None) or f"number {index + 1}")

@@ -11,7 +11,12 @@ Before a value is stored, its tree is rebuilt and compared with the original, ty
 would not come back identical is not cached (the caller says so in the log, naming the tool).
 
 Classes are looked up only in modules the process has already imported (the DAG file imports the
-types its tools return), so a cache entry can never make a worker import a module.
+types its tools return), so a cache entry can never make a worker import a module. One exception
+keeps replays type-exact under ``airflow dags test``, which imports the DAG file a second time under
+the same module name (to sync the dags folder) while the task runs the first import's tools: when a
+value is stored, a class whose module now holds a *twin* (another class object at the same path) is
+remembered, and the path is read back as that class for as long as the module still holds the same
+twin. Anything else (the module reloaded since, or gone) is looked up in ``sys.modules`` as usual.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import enum
 import math
 import sys
 import uuid
+import weakref
 import zoneinfo
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -119,10 +125,28 @@ def _decoded_text(encoded: str) -> str:
 # --- encoding ------------------------------------------------------------------------------------
 
 
+_TWINS: dict[str, tuple[weakref.ref[type], weakref.ref[type]]] = {}
+"""By class path: (the class a value was stored of, the other class ``sys.modules`` held at that path then)."""
+
+
 def _class_path(cls: type) -> str:
     if "<locals>" in cls.__qualname__:
         raise UnsupportedValue(f"{cls.__qualname__} is defined inside a function and cannot be rebuilt")
-    return f"{cls.__module__}:{cls.__qualname__}"
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    _remember_twin(path, cls)
+    return path
+
+
+def _remember_twin(path: str, cls: type) -> None:
+    """Remember ``cls`` if ``sys.modules`` holds another class at its path (two imports of one file)."""
+    try:
+        held = _module_attribute(path)
+    except UnsupportedValue:
+        held = None
+    if held is cls or not isinstance(held, type):
+        _TWINS.pop(path, None)
+    else:
+        _TWINS[path] = (weakref.ref(cls), weakref.ref(held))
 
 
 def _b64(data: bytes) -> str:
@@ -257,8 +281,9 @@ def _subclassed(node: dict[str, Any], value: Any, base: type) -> dict[str, Any]:
 # --- decoding ------------------------------------------------------------------------------------
 
 
-def _import_class(path: str, is_expected: Callable[[type], bool], what: str) -> Any:
-    module_name, _, qualname = str(path).partition(":")
+def _module_attribute(path: str) -> Any:
+    """What ``sys.modules`` holds at ``path`` (``module:qualname``); never imports anything."""
+    module_name, _, qualname = path.partition(":")
     target: Any = sys.modules.get(module_name)
     if target is None:
         raise UnsupportedValue(f"module {module_name!r} of {path} is not imported in this process")
@@ -266,6 +291,15 @@ def _import_class(path: str, is_expected: Callable[[type], bool], what: str) -> 
         target = getattr(target, name, None)
         if target is None:
             raise UnsupportedValue(f"{path} no longer exists")
+    return target
+
+
+def _import_class(path: str, is_expected: Callable[[type], bool], what: str) -> Any:
+    path = str(path)
+    target = _module_attribute(path)
+    twin = _TWINS.get(path)
+    if twin is not None and twin[1]() is target:  # the module still holds the twin seen when storing
+        target = twin[0]() or target
     if not isinstance(target, type) or not is_expected(target):
         raise UnsupportedValue(f"{path} is no longer {what}")
     return target

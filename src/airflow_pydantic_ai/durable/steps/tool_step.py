@@ -3,6 +3,9 @@
 The outcomes that are recorded: a return value, a ``ModelRetry`` or ``ToolFailed`` the tool raised, and
 a retry already in pydantic-ai's own form (``ToolRetryError``). Any other exception records nothing:
 the call ran (its side effects may have happened) but has no outcome to keep, so a retry runs it again.
+One exception to that: an output validator that fails after the output function returned (pydantic-ai
+runs both in one step). The function's result is recorded as it reached that validator, and a replay
+hands it back for the validators from that one on to run again.
 
 A synchronous tool runs in a thread that cannot be interrupted. When a sibling call fails and
 pydantic-ai cancels this one, its side effect happens anyway, so its result is still recorded when the
@@ -37,6 +40,9 @@ CANCELLED_RUN_GRACE = 2.0
 them the run ends and the tool's thread is left to finish on its own, unrecorded."""
 _POLL = 0.1
 _RAISED_OUTCOMES: dict[str, type[Exception]] = {"ModelRetry": ModelRetry, "ToolFailed": ToolFailed}
+ValidatorFailure = Callable[[BaseException], "tuple[int, Any, str] | None"]
+"""Tells whether an output validator raised the error after the output function returned: the validator's
+index, the value it was handed and its name; None when the error is the function's own."""
 _RETRY_PART: TypeAdapter[RetryFeedbackPart | ToolReturnPart] = TypeAdapter(RetryFeedbackPart | ToolReturnPart)
 
 
@@ -56,6 +62,9 @@ class ToolStep:
     started: float = field(default_factory=time.monotonic)
     abandoned: bool = False
     """The run ended before this live call did: whatever it returns later is not recorded."""
+    failed_validator: tuple[int, str] | None = None
+    """A recorded output function result that had not passed every output validator: the index and name of
+    the one that failed on it (that validator and those after it run again on the replayed value)."""
 
     @property
     def entry_name(self) -> str:
@@ -71,6 +80,10 @@ class ToolStep:
         try:
             if outcome == "return":
                 self.replayed = (decode_value(entry.payload["value"]),)
+            elif outcome == "validating":
+                self.replayed = (decode_value(entry.payload["value"]),)
+                validator = entry.payload["validator"]
+                self.failed_validator = (int(validator["index"]), str(validator["name"]))
             elif outcome in _RAISED_OUTCOMES:
                 self.replayed_error = _RAISED_OUTCOMES[outcome](str(entry.payload["message"]))
             elif outcome == "ToolRetryError":
@@ -79,22 +92,40 @@ class ToolStep:
                 raise UnsupportedValue(f"unknown outcome {outcome!r}")
         except Exception as error:  # whatever is wrong with the stored outcome, run the call live
             self.run.entry_unusable(entry, error, f"{self.label} runs live")
-            self.replayed, self.replayed_error = None, None
+            self.forget()
 
-    async def replay_or_run(self, call: Callable[[], Awaitable[Any]], *, in_thread: bool = False) -> Any:
+    def forget(self) -> None:
+        """Run live after all: drop the recorded outcome."""
+        self.replayed, self.replayed_error, self.failed_validator = None, None, None
+
+    async def replay_or_run(
+        self,
+        call: Callable[[], Awaitable[Any]],
+        *,
+        in_thread: bool = False,
+        validator_failure: ValidatorFailure | None = None,
+    ) -> Any:
         """The recorded outcome; or ``call()`` live, recorded. ``in_thread``: the call runs in a worker thread
-        that a cancellation cannot stop (a sync tool), so its outcome is still recorded when it comes."""
+        that a cancellation cannot stop (a sync tool), so its outcome is still recorded when it comes.
+        ``validator_failure``: for an output function, which tells an output validator's failure from its own."""
         if self.is_replay:
             return self.replay()
         if in_thread:
             return await self._recorded_even_if_cancelled(call())
-        return await self._recorded(call())
+        return await self._recorded(call(), validator_failure)
 
     def replay(self) -> Any:
         """Return (or raise) what the tool did when it was recorded."""
         run = self.run
         run.stats.tool_replayed(self.entry_name)
-        run.log.info("Durable: %s replayed from the cache", self.label)
+        if self.failed_validator is None:
+            run.log.info("Durable: %s replayed from the cache", self.label)
+        else:
+            run.log.info(
+                "Durable: %s replayed from the cache; output validator %s (and any after it) runs again on it",
+                self.label,
+                self.failed_validator[1],
+            )
         if self.replayed_error is not None:
             if not isinstance(self.replayed_error, ToolFailed):  # a retry: it may be what makes the run fail
                 run.last_answer.drew_retry(self.entry_name, self.label, type(self.replayed_error).__name__)
@@ -106,7 +137,7 @@ class ToolStep:
 
     # --- running live ----------------------------------------------------------------------------
 
-    async def _recorded(self, call: Awaitable[Any]) -> Any:
+    async def _recorded(self, call: Awaitable[Any], validator_failure: ValidatorFailure | None = None) -> Any:
         """Await a live call and record its outcome."""
         try:
             result = await call
@@ -121,7 +152,11 @@ class ToolStep:
             self._record_retry_signal(error)
             raise
         except BaseException as error:  # it ran (its side effects may have happened) but has no outcome to keep
-            self._record_failure(error)
+            failed = validator_failure(error) if validator_failure is not None else None
+            if failed is None:
+                self._record_failure(error)
+            else:
+                self._record_validator_failure(error, *failed)
             raise
         self._record_return(result)
         return result
@@ -201,6 +236,41 @@ class ToolStep:
             type(error).__name__,
             self.run.outlook.what_next(),
         )
+
+    def _record_validator_failure(self, error: BaseException, index: int, value: Any, validator: str) -> None:
+        """The output function returned ``value`` and output validator number ``index`` raised: the function's
+        part is done and recorded (when its result can be), so a retry replays it and runs the validators."""
+        if self.abandoned:  # finished after its run ended: never recorded, already counted
+            return
+        self.run.stats.executed.tool += 1
+        # The run fails because of this output step, not because of the model answer that asked for it.
+        self.run.last_answer.failed_call = True
+        step_number = self.run.keys.model_steps
+        elapsed = time.monotonic() - self.started
+        if self.key is None:
+            self.run.writer.skipped()
+            self.run.log.info(
+                "Durable: %s returned in %.2f s, then output validator %s failed (%s); it is not cached and %s",
+                *(self.label, elapsed, validator, type(error).__name__, self.run.outlook.what_next()),
+            )
+            return
+        try:
+            encoded = encode_value(value)
+        except UnsupportedValue as unsupported:
+            self.run.writer.skipped()
+            self.run.log.warning(
+                "Durable: %s returned in %.2f s, then output validator %s failed (%s); its result is not cached "
+                "(%s) and the function %s",
+                *(self.label, elapsed, validator, type(error).__name__, unsupported, self.run.outlook.what_next()),
+            )
+            return
+        self.run.log.info(
+            "Durable: %s returned in %.2f s and is recorded, then output validator %s failed (%s); %s",
+            *(self.label, elapsed, validator, type(error).__name__),
+            self.run.outlook.what_next("a retry replays the result and runs the validators again"),
+        )
+        validator_entry = {"index": index, "name": validator}
+        self._write(step_number, {"outcome": "validating", "value": encoded, "validator": validator_entry})
 
     def _record_raise(self, error: ModelRetry | ToolFailed) -> None:
         if self.abandoned:  # finished after its run ended: never recorded, already counted
