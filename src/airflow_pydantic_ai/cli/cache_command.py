@@ -219,7 +219,7 @@ def cache_show(args: Any) -> None:
         redact = _redactor()
         info = detail.info
         header = (
-            f"Step {info.number}: {info.kind} {info.name or '-'} call_id={info.call_id or '-'} "
+            f"Step {info.number}: {info.kind} {info.shown_name or '-'} call_id={info.call_id or '-'} "
             f"attempt={info.attempt if info.attempt is not None else '-'} "
             f"recorded_at={info.recorded_at.isoformat() if info.recorded_at else '-'} bytes={info.size}"
         )
@@ -280,7 +280,7 @@ def cache_rm(args: Any) -> None:
 
 def _print_steps(steps: list[Any]) -> None:
     for step in steps:
-        print(f"  step {step.number}: {step.kind} {step.name or '-'} ({_size(step.size)})")
+        print(f"  step {step.number}: {step.kind} {step.shown_name or '-'} ({_size(step.size)})")
 
 
 # --- gc ------------------------------------------------------------------------------------------

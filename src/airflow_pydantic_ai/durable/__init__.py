@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableError, DurableStorageError, describe_error
     from airflow_pydantic_ai.durable.interception.attempt import run_agent
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
+    from airflow_pydantic_ai.durable.interception.toolset import TOOL_CONFIG_KEY, live_tool
+    from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
     from airflow_pydantic_ai.durable.steps.run import DurableRun
     from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, empty_summary
     from airflow_pydantic_ai.durable.steps.writer import secret_check
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SUMMARY_TEMPLATE",
+    "TOOL_CONFIG_KEY",
     "CacheReader",
     "DurableCapability",
     "DurableConfigError",
@@ -36,8 +39,10 @@ __all__ = [
     "StepInfo",
     "StepStore",
     "TaskIdentity",
+    "attempt_scope",
     "describe_error",
     "empty_summary",
+    "live_tool",
     "make_private_folders",
     "run_agent",
     "secret_check",
@@ -46,6 +51,7 @@ __all__ = [
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
     "SUMMARY_TEMPLATE": "steps.stats",
+    "TOOL_CONFIG_KEY": "interception.toolset",
     "CacheReader": "storage.reader",
     "DurableCapability": "interception.capability",
     "DurableConfigError": "errors",
@@ -56,8 +62,10 @@ _HOMES = {
     "StepInfo": "storage.reader",
     "StepStore": "storage.store",
     "TaskIdentity": "storage.identity",
+    "attempt_scope": "steps.nesting",
     "describe_error": "errors",
     "empty_summary": "steps.stats",
+    "live_tool": "interception.toolset",
     "make_private_folders": "storage.identity",
     "run_agent": "interception.attempt",
     "secret_check": "steps.writer",

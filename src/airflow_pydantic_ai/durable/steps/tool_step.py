@@ -24,6 +24,7 @@ from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, T
 from pydantic_ai.messages import RetryFeedbackPart, ToolReturnPart
 
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
+from airflow_pydantic_ai.durable.steps.nesting import step_scope
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class ToolStep:
     started: float = field(default_factory=time.monotonic)
     abandoned: bool = False
     """The run ended before this live call did: whatever it returns later is not recorded."""
+    live: bool = False
+    """The tool opted out of replay (its metadata): it runs on every try and is never recorded."""
 
     @property
     def entry_name(self) -> str:
@@ -109,7 +112,9 @@ class ToolStep:
     async def _recorded(self, call: Awaitable[Any]) -> Any:
         """Await a live call and record its outcome."""
         try:
-            result = await call
+            # Agent runs started by the call (a delegate) are scoped under this step.
+            with step_scope(self.run, self.key, self.run.keys.model_steps):
+                result = await call
         except (ModelRetry, ToolFailed) as error:
             self._record_raise(error)
             raise
@@ -167,7 +172,11 @@ class ToolStep:
 
     def _finish(self) -> int:
         self.run.stats.executed.tool += 1
-        self.run.log.info("Durable: %s ran live in %.2f s", self.label, time.monotonic() - self.started)
+        elapsed = time.monotonic() - self.started
+        if self.live:
+            self.run.log.info("Durable: %s ran live in %.2f s (a live tool: never recorded)", self.label, elapsed)
+            return self.run.keys.model_steps
+        self.run.log.info("Durable: %s ran live in %.2f s", self.label, elapsed)
         if self.key is None:
             self.run.writer.skipped()
         return self.run.keys.model_steps
@@ -235,6 +244,7 @@ class ToolStep:
             call_id=self.call_id,
             role="tool" if self.is_tool else "output",
             recorded_at=time.time(),
+            scope=self.run.entry_scope,
         )
         self.run.writer.persist(entry, self.label)
 
