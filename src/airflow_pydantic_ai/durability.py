@@ -9,9 +9,11 @@ option to fix.
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -33,6 +35,7 @@ __all__ = [
     "cache_belongs_to_this_dag_run",
     "cache_rm_command",
     "default_cache_path",
+    "durable_attempt",
     "open_cache_base",
     "resolve_cache_path",
     "retries_an_earlier_try",
@@ -370,3 +373,44 @@ def start_durable_run(
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
     )
+
+
+@contextmanager
+def durable_attempt(
+    context: Any = None, *, cache_path: str | None = None, log: TaskLogger | None = None
+) -> Iterator[DurableRun]:
+    """Make every agent run inside the block durable, in a plain ``@task`` (or any Python callable a task runs).
+
+    Each agent that carries ``DurableCapability()`` (on the agent, or passed to its run) records its model
+    requests and tool calls into this task instance's cache, the same cache the operator would use
+    (``[pydantic_ai] durable_cache_path``, one prefix per task instance), and a retry replays them. Several
+    agents one after another and delegates inside tools each get their own scope::
+
+        @task(retries=2)
+        def triage():
+            with durable_attempt():
+                summary = summarizer.run_sync("...").output
+                return writer.run_sync(summary).output
+
+    Compared with ``AgentOperator(durable=True)``: the cache is deleted when the block ends without an error,
+    not once Airflow has recorded the task's success (a worker killed in between leaves a cache whose steps the
+    retry replays, rather than the operator's recorded output); the task's return value is not recorded, so
+    a retry after such a kill replays the steps to rebuild it; approvals (``requires_approval``) are not
+    supported. The summary line ends every attempt, as in the operator.
+
+    :param context: The task's Airflow context (default: the running task's, ``get_current_context()``).
+    :param cache_path: Overrides ``[pydantic_ai] durable_cache_path`` for this task.
+    :param log: Where the durable lines go (default: the task's own log, as an operator's).
+    """
+    from airflow_pydantic_ai.durable import attempt_scope
+
+    if context is None:
+        from airflow.sdk import get_current_context
+
+        context = get_current_context()
+    task_log = getattr(context.get("task"), "log", None) if hasattr(context, "get") else None
+    logger: TaskLogger = log if log is not None else task_log or logging.getLogger("airflow.task")
+    run = start_durable_run(context, log=logger, cache_path=cache_path)
+    with run.ending(), attempt_scope(run):
+        yield run
+    run.finish()

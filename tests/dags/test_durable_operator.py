@@ -672,3 +672,52 @@ def test_clearing_a_failed_task_resumes_from_its_cache(capfd, cache_base):
     assert "left by an earlier run" not in out
     assert summaries(out) == [(2, 1, 1, 2, 1, 1)]
     assert CALLS == {"fetch_ticket": 1, "notify_team": 2}
+
+
+def test_a_plain_task_with_two_agents_replays_both_on_retry(capfd, cache_base):
+    """``durable_attempt()`` in a plain ``@task``: two agents one after another, the second fails on try 1."""
+    from airflow.sdk import task
+
+    from airflow_pydantic_ai import DurableCapability, durable_attempt
+
+    def writer_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        CALLS["writer model"] += 1
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("publish", {"text": "draft"})])
+        return ModelResponse(parts=[TextPart("published")])
+
+    summarizer: Agent[None, str] = Agent(
+        FunctionModel(
+            lambda messages, info: (CALLS.update(["summarizer model"]), ModelResponse(parts=[TextPart("short")]))[1]
+        ),
+        name="summarizer",
+        capabilities=[DurableCapability()],
+    )
+    writer: Agent[None, str] = Agent(FunctionModel(writer_model), name="writer", capabilities=[DurableCapability()])
+
+    @writer.tool_plain
+    def publish(text: str) -> str:
+        CALLS["publish"] += 1
+        if _try_number() == 1:
+            raise ConnectionError("CMS down (first try only)")
+        return "ok"
+
+    with make_dag("e2e_plain_task_two_agents") as dag:
+
+        @task(retries=1, retry_delay=timedelta(0))
+        def triage() -> str:
+            with durable_attempt():
+                summary = summarizer.run_sync("summarize").output
+                return writer.run_sync(summary).output
+
+        triage()
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert task_states(dr)[("triage", -1)] == ("success", 2)
+    # try 1: the summarizer's answer, the writer's first answer, publish failed; try 2: both answers replayed.
+    assert summaries(out) == [(0, 0, 0, 3, 2, 1), (2, 2, 0, 2, 1, 1)]
+    assert CALLS == {"summarizer model": 1, "writer model": 2, "publish": 2}
+    assert "of agent 'writer'" in out
+    assert files_under(cache_base) == [], "the cache is deleted when the block ends"
