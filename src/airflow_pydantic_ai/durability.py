@@ -24,8 +24,7 @@ from airflow_pydantic_ai.durable import DurableConfigError, StepStore, TaskIdent
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
-    from airflow_pydantic_ai.durable import DurableRun
-    from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+    from airflow_pydantic_ai.durable import DurableRun, TaskLogger
 
 __all__ = [
     "CONFIG_SECTION",

@@ -198,7 +198,7 @@ class AgentOperator(BaseOperator):
                 deps=self.deps,
                 event_stream_handler=self.event_stream_handler,
             )
-            from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
+            from airflow_pydantic_ai.durable import WaitingForDecisions
 
             if isinstance(result, WaitingForDecisions):
                 from airflow_pydantic_ai.approval import ask

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from html import escape
 from urllib.parse import urlencode
 
-from airflow_pydantic_ai.durable import StepInfo
-from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord
+from airflow_pydantic_ai.durable import AttemptRecord, StepInfo
 
 __all__ = ["Confirmation", "TaskRef", "ViewData", "confirmation_page", "message_page", "view_page"]
 

@@ -26,14 +26,11 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.usage import RunUsage
 
+from airflow_pydantic_ai.durable.errors import ApprovalsUnsupported
 from airflow_pydantic_ai.durable.steps.decision import DecisionStep
 from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["ApprovalsUnsupported", "WaitingForDecisions", "run_until_decision_needed", "with_deferred_output"]
-
-
-class ApprovalsUnsupported(RuntimeError):
-    """The run asked for something the approval flow cannot give (work done outside the agent)."""
 
 
 @dataclass
@@ -41,9 +38,6 @@ class WaitingForDecisions:
     """The run stopped: these calls need a person's decision."""
 
     pending: list[DecisionStep]
-    decided: list[DecisionStep]
-    """Calls of the same round that already have a recorded decision."""
-    messages: list[ModelMessage]
 
 
 def with_deferred_output(output_type: Any) -> Any:
@@ -129,7 +123,7 @@ def run_until_decision_needed(
                     "be fingerprinted (see the warning above), so a decision could not be recorded and the run could "
                     "not resume after the wait"
                 )
-            return WaitingForDecisions(pending=pending, decided=decided, messages=messages)
+            return WaitingForDecisions(pending=pending)
         history = messages
         results = DeferredToolResults(
             approvals={step.call.tool_call_id: step.recorded.as_result() for step in decided if step.recorded}

@@ -59,7 +59,7 @@ class DurableCapability(AbstractCapability[Any]):
             return self  # not in a durable attempt: inert
         agent = getattr(ctx, "agent", None)
         bound = place.run.bind(place, getattr(ctx, "run_id", None), getattr(agent, "name", None))
-        return self if bound is None else DurableCapability(bound)
+        return DurableCapability(bound) if isinstance(bound, DurableRun) else self
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
         if self.run is not None:

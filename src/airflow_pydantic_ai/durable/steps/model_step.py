@@ -23,7 +23,7 @@ from airflow_pydantic_ai.durable.steps.codec import decode_response, encode_resp
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.owner import StepOwner
 
 __all__ = ["ModelStep"]
 
@@ -32,7 +32,7 @@ __all__ = ["ModelStep"]
 class ModelStep:
     """A model request of a durable run, replayed or live."""
 
-    run: DurableRun
+    run: StepOwner
     place: ModelKey
     replayed: ModelResponse | None = None
     replayed_usage: dict[str, Any] = field(default_factory=dict)

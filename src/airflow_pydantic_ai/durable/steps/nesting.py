@@ -30,7 +30,7 @@ from airflow_pydantic_ai.durable.keys.fingerprint import digest
 from airflow_pydantic_ai.durable.storage.entry import TOP_PARENT
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.owner import StepOwner
 
 __all__ = ["TOP", "AttemptFamily", "Place", "RunScope", "attempt_scope", "current_place", "step_scope"]
 
@@ -104,7 +104,7 @@ class AttemptFamily:
 class Place:
     """The attempt, and the step (if any) whose call is running in this context."""
 
-    run: DurableRun
+    run: StepOwner
     """The run the running step belongs to (the attempt's first run at the top level)."""
     parent: str | None
     """The running step's key; None at the attempt's top level, or when the step has no key (fail closed)."""
@@ -132,7 +132,7 @@ def current_place() -> Place | None:
 
 
 @contextmanager
-def attempt_scope(run: DurableRun, *, root_claims: bool = False) -> Iterator[Place]:
+def attempt_scope(run: StepOwner, *, root_claims: bool = False) -> Iterator[Place]:
     """Make ``run`` the durable attempt of every agent run (with the durable capability) started inside."""
     place = Place(run=run, parent=None, root_claims=root_claims)
     token = _PLACE.set(place)
@@ -143,7 +143,7 @@ def attempt_scope(run: DurableRun, *, root_claims: bool = False) -> Iterator[Pla
 
 
 @contextmanager
-def step_scope(run: DurableRun, key: str | None, at: int) -> Iterator[None]:
+def step_scope(run: StepOwner, key: str | None, at: int) -> Iterator[None]:
     """While a step's call runs live: agent runs started inside it are scoped under ``key``."""
     outer = _PLACE.get()
     depth = (outer.depth if outer is not None else 0) + 1

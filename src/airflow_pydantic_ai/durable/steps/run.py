@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import Model
@@ -32,9 +32,10 @@ from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
 from airflow_pydantic_ai.durable.steps.cleanup import delete_after_success, discard_earlier_run, tidy_failed_try
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
+from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
-from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope
+from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
@@ -43,9 +44,6 @@ from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, 
 from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.storage.store import StepStore
-
-if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.decision import DecisionStep
 
 __all__ = ["DurableRun"]
 
@@ -176,7 +174,7 @@ class DurableRun:
         )
 
     @property
-    def entry_scope(self) -> dict[str, object] | None:
+    def entry_scope(self) -> dict[str, Any] | None:
         """What each entry of this run stores about its place (None at the top level: entries as before)."""
         return None if self.scope is None else self.scope.to_payload()
 
@@ -216,6 +214,10 @@ class DurableRun:
             scope=scope,
             family=self.family,
         )
+
+    def running(self, key: str | None) -> AbstractContextManager[None]:
+        """While a step's call runs live: agent runs started inside it are scoped under ``key``."""
+        return step_scope(self, key, self.keys.model_steps)
 
     def unrecorded_requests(self, label: str, count: int) -> None:
         """``count`` model requests ran inside ``label``'s call without passing through a durable run: one WARNING."""
@@ -315,8 +317,6 @@ class DurableRun:
         ``messages`` is the run's conversation; the key covers it up to the model answer that made the
         call (the tool key formula), and the chain of model steps so far.
         """
-        from airflow_pydantic_ai.durable.steps.decision import DecisionStep
-
         step = DecisionStep(run=self, call=call, key=None, step_number=self.keys.model_steps)
         if self.keys.failed_closed:
             return step
@@ -332,6 +332,10 @@ class DurableRun:
             return step
         step.load()
         return step
+
+    def decide(self, call: ToolCallPart, *, key: str, step_number: int, decision: Decision) -> None:
+        """Record a person's decision on ``call`` (asked under ``key`` at model step ``step_number``)."""
+        DecisionStep(run=self, call=call, key=key, step_number=step_number).record(decision)
 
     def record_decision(self, entry: StepEntry, what: str) -> None:
         """Store a decision and use it in this attempt (one that could not be stored is asked again on a retry)."""

@@ -24,11 +24,10 @@ from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, T
 from pydantic_ai.messages import RetryFeedbackPart, ToolReturnPart
 
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
-from airflow_pydantic_ai.durable.steps.nesting import step_scope
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.owner import StepOwner
 
 __all__ = ["CANCELLED_RUN_GRACE", "ToolStep"]
 
@@ -45,7 +44,7 @@ _RETRY_PART: TypeAdapter[RetryFeedbackPart | ToolReturnPart] = TypeAdapter(Retry
 class ToolStep:
     """A tool call (or output function call) of a durable run, replayed or live; counted as a tool step."""
 
-    run: DurableRun
+    run: StepOwner
     label: str
     tool_name: str
     key: str | None
@@ -113,7 +112,7 @@ class ToolStep:
         """Await a live call and record its outcome."""
         try:
             # Agent runs started by the call (a delegate) are scoped under this step.
-            with step_scope(self.run, self.key, self.run.keys.model_steps):
+            with self.run.running(self.key):
                 result = await call
         except (ModelRetry, ToolFailed) as error:
             self._record_raise(error)
