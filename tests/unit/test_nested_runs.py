@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import pytest
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.durable import DurableHarness
 
@@ -274,3 +285,40 @@ def test_two_agents_one_after_another_in_one_attempt(harness):
     assert (
         log.summary() == "Durable: replayed 10 cached steps (6 model, 4 tool), executed 0 new steps (0 model, 0 tool)"
     )
+
+
+class Compacting(AbstractCapability[Any]):
+    """Compacts the conversation before the second request, the way ``OpenAICompaction`` does."""
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if len(request_context.messages) < 3:
+            return request_context
+        calls["compaction"] += 1
+        summary = ModelResponse(parts=[CompactionPart("the conversation so far")])
+        request_context.messages = [summary, request_context.messages[-1]]
+        ctx.messages[:] = request_context.messages
+        return request_context
+
+
+def test_a_compaction_request_is_named_once_as_live(harness):
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls["model"] += 1
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("lookup", {})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), capabilities=[Compacting()])
+
+    @agent.tool_plain
+    def lookup() -> str:
+        return "sunny"
+
+    harness.run(agent, "go")
+    warnings = [line for line in harness.logs[-1].at("warning") if "compacted" in line]
+    assert len(warnings) == 1
+    assert "model step 2" in warnings[0] and "runs again on a retry" in warnings[0]
+    harness.run(agent, "go")
+    assert calls["compaction"] == 2  # live on every try
+    assert calls["model"] == 2  # the requests replay: the compacted conversation is the same

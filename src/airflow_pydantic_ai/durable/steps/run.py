@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
@@ -245,6 +245,14 @@ class DurableRun:
         # Only the answer to *this* request, and the retries it draws, can make the run fail (see forget_what_failed).
         self.last_answer = LastAnswer(number=self.keys.model_steps + 1)
         self.ledger.pending_tool_replays = 0
+        if messages and _compacted(messages[0]) and self.family.warn_once("compaction"):
+            self.log.warning(
+                "Durable: the conversation before model step %d%s was compacted by a capability; pydantic-ai sends "
+                "that compaction request outside the run's model wrapper, so it is not recorded and runs again on a "
+                "retry (the steps after it replay when it summarizes the conversation the same way)",
+                self.keys.model_steps + 1,
+                self.who,
+            )
         place = self.keys.next_model_key(model, messages, settings, parameters)
         step = ModelStep(run=self, place=place)
         if place.failure is not None:
@@ -440,6 +448,11 @@ class DurableRun:
         if not self.finished and (self.entries or self.writer.written):
             record = AttemptRecord(self.attempt, self.summary(), tuple(self.divergence.changes))
             record_attempt(self.store, record, warn=self.log.warning)
+
+
+def _compacted(message: ModelMessage) -> bool:
+    """Whether the conversation starts with a compaction summary (a capability replaced the history with it)."""
+    return any(isinstance(part, CompactionPart) for part in message.parts)
 
 
 def _raw_arguments(messages: Sequence[ModelMessage], tool_call_id: str | None, fallback: dict[str, Any]) -> Any:
