@@ -12,23 +12,18 @@ from typing import Any
 
 __all__ = ["DurableCapability", "__version__", "durable_attempt", "live_tool"]
 
-# The names a DAG author uses to make agents durable, imported on first use (this module stays light).
-_LAZY = {
-    "DurableCapability": "airflow_pydantic_ai.durable",
-    "live_tool": "airflow_pydantic_ai.durable",
-    "durable_attempt": "airflow_pydantic_ai.durability",
-}
-
 
 def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
+    """The names a DAG author uses to make agents durable, imported on first use (this module stays light)."""
+    if name in ("DurableCapability", "live_tool"):
+        from airflow_pydantic_ai import durable
 
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+        return getattr(durable, name)
+    if name == "durable_attempt":
+        from airflow_pydantic_ai.durability import durable_attempt
+
+        return durable_attempt
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 try:
