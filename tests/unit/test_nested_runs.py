@@ -132,6 +132,9 @@ def test_a_delegate_failing_inside_replays_its_own_steps(harness):
         "Durable: replayed 0 cached steps (0 model, 0 tool), executed 6 new steps (3 model, 3 tool)"
     )
     assert any("of agent 'helper'" in line for line in first.at("info"))
+    # The call that started the delegate failed (no entry): its steps follow the model step that asked for it.
+    listed = [(step.kind, step.agent) for step in CacheReader(harness.store()).steps()]
+    assert listed == [("model", None), ("model", "helper"), ("tool", "helper"), ("model", "helper")]
 
     result, _run, log = harness.run(outer, "go")
     assert result.output == "helped with printer: filed printer as #1, ok"
@@ -224,6 +227,9 @@ def test_the_read_side_lists_nested_steps_in_order_with_their_agent(harness):
         ("model", None),
     ]
     assert [step.name for step in steps if step.kind == "tool"] == ["side_effect", "check", "delegate"]
+    # What ``cache show`` prints and the view shows: the agent after the step's name, for nested steps only.
+    assert steps[2].as_row()["name"] == "side_effect (agent helper)"
+    assert steps[6].as_row()["name"] == "delegate"
 
 
 def test_a_tool_that_opts_out_runs_on_every_try_while_its_neighbours_replay(harness):
