@@ -34,6 +34,7 @@ __all__ = [
     "cache_belongs_to_this_dag_run",
     "cache_rm_command",
     "default_cache_path",
+    "delete_cache_after_success",
     "durable_attempt",
     "open_cache_base",
     "resolve_cache_path",
@@ -374,6 +375,32 @@ def start_durable_run(
     )
 
 
+class DeleteDurableCache:
+    """A success callback that deletes one try's durable cache (see :func:`delete_cache_after_success`)."""
+
+    def __init__(self, run: DurableRun) -> None:
+        self.run = run
+
+    def __call__(self, context: Any) -> None:
+        self.run.finish()
+
+    def __repr__(self) -> str:
+        return f"<delete the durable cache at {self.run.store.location}>"
+
+
+def delete_cache_after_success(task: Any, run: DurableRun) -> None:
+    """Have ``run``'s cache deleted from a success callback of ``task``: Airflow's task runner calls those only
+    after the supervisor has stored the task's success (Airflow 3.1, 3.2 and 3.3 alike).
+
+    ``task`` is this try's copy of the operator (the task runner executes a copy); the callback goes first in
+    its list, before the DAG author's own callbacks.
+    """
+    callbacks = [
+        callback for callback in task.on_success_callback or () if not isinstance(callback, DeleteDurableCache)
+    ]
+    task.on_success_callback = [DeleteDurableCache(run), *callbacks]
+
+
 @contextmanager
 def durable_attempt(
     context: Any = None, *, cache_path: str | None = None, log: TaskLogger | None = None
@@ -391,11 +418,13 @@ def durable_attempt(
                 summary = summarizer.run_sync("...").output
                 return writer.run_sync(summary).output
 
-    Compared with ``AgentOperator(durable=True)``: the cache is deleted when the block ends without an error,
-    not once Airflow has recorded the task's success (a worker killed in between leaves a cache whose steps the
-    retry replays, rather than the operator's recorded output); the task's return value is not recorded, so
-    a retry after such a kill replays the steps to rebuild it; approvals (``requires_approval``) are not
-    supported. The summary line ends every attempt, as in the operator.
+    As in the operator, the cache is deleted once Airflow has recorded the task's success (a success callback);
+    a task that fails after the block keeps it, and its retry replays the agents' steps. Compared with
+    ``AgentOperator(durable=True)``: the task's return value is not recorded, so a retry after a worker was
+    killed between the task's end and its recorded success replays the steps to rebuild it (the operator
+    returns its recorded output); approvals (``requires_approval``) are not supported; use one block per
+    task (a second block in the same try would find the first one's steps and discard them as another
+    run's). The summary line ends every attempt, as in the operator.
 
     :param context: The task's Airflow context (default: the running task's, ``get_current_context()``).
     :param cache_path: Overrides ``[pydantic_ai] durable_cache_path`` for this task.
@@ -412,4 +441,8 @@ def durable_attempt(
     run = start_durable_run(context, log=logger, cache_path=cache_path)
     with run.ending(), attempt_scope(run):
         yield run
-    run.finish()
+    task = context.get("task") if hasattr(context, "get") else None
+    if task is not None and hasattr(task, "on_success_callback"):
+        delete_cache_after_success(task, run)
+    else:
+        run.finish()

@@ -720,7 +720,7 @@ def test_a_plain_task_with_two_agents_replays_both_on_retry(capfd, cache_base):
     assert summaries(out) == [(0, 0, 0, 3, 2, 1), (2, 2, 0, 2, 1, 1)]
     assert CALLS == {"summarizer model": 1, "writer model": 2, "publish": 2}
     assert "of agent 'writer'" in out
-    assert files_under(cache_base) == [], "the cache is deleted when the block ends"
+    assert files_under(cache_base) == [], "the cache is deleted once Airflow recorded the success"
 
 
 def test_a_delegate_inside_the_operators_agent_replays_its_own_steps(capfd, cache_base):
@@ -776,3 +776,35 @@ def test_a_delegate_inside_the_operators_agent_replays_its_own_steps(capfd, cach
     assert CALLS == {"outer model": 2, "helper model": 2, "file_ticket": 1, "page_oncall": 2}
     assert "of agent 'helper'" in out
     assert xcom_value(dr, "triage") == "escalated"
+
+
+def test_a_plain_task_that_fails_after_its_block_replays_the_agent_on_retry(capfd, cache_base):
+    """The cache of ``durable_attempt()`` goes with the task's recorded success, not with the end of the block."""
+    from airflow.sdk import task
+
+    from airflow_pydantic_ai import DurableCapability, durable_attempt
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        CALLS["model"] += 1
+        return ModelResponse(parts=[TextPart("an answer")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), capabilities=[DurableCapability()])
+
+    with make_dag("e2e_plain_task_fails_after") as dag:
+
+        @task(retries=1, retry_delay=timedelta(0))
+        def answer() -> str:
+            with durable_attempt():
+                output = agent.run_sync("ask").output
+            if _try_number() == 1:
+                raise ConnectionError("publishing failed (first try only)")
+            return output
+
+        answer()
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert summaries(out) == [(0, 0, 0, 1, 1, 0), (1, 1, 0, 0, 0, 0)]
+    assert CALLS == {"model": 1}
+    assert files_under(cache_base) == []
