@@ -104,12 +104,17 @@ class DurableHarness:
         *,
         run_options: dict[str, Any] | None = None,
         capabilities: Sequence[Any] = (),
+        killed: bool = False,
         **agent_kwargs: Any,
     ) -> tuple[Any, DurableRun, RecordingLog]:
         """One attempt, as AgentOperator makes it: ``run_agent`` (the durable capability first, then
         ``capabilities``; an answer that ends in ``UnexpectedModelBehavior`` is forgotten) inside
-        ``run.ending()`` (the summary is logged whatever happens). ``agent_kwargs`` go to ``agent.run_sync``."""
+        ``run.ending()`` (the summary is logged whatever happens; a try that fails packs its entries).
+        ``killed``: the try dies where it fails (a SIGKILL): no ``ending``, so its entries stay single.
+        ``agent_kwargs`` go to ``agent.run_sync``."""
         run, log = self.open(**(run_options or {}))
+        if killed:
+            return run_agent(run, agent, prompt, capabilities=capabilities, **agent_kwargs), run, log
         with run.ending():
             result = run_agent(run, agent, prompt, capabilities=capabilities, **agent_kwargs)
         return result, run, log

@@ -30,7 +30,12 @@ from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
-from airflow_pydantic_ai.durable.steps.cleanup import delete_after_success, discard_earlier_run, tidy_failed_try
+from airflow_pydantic_ai.durable.steps.cleanup import (
+    delete_after_success,
+    discard_earlier_run,
+    pack_for_next_try,
+    tidy_failed_try,
+)
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
@@ -302,6 +307,7 @@ class DurableRun:
         try:
             yield self
         except BaseException as error:
+            self.pack_for_next_try()
             if not waits(error):
                 self.end_failed_try()
             raise
@@ -334,6 +340,10 @@ class DurableRun:
             self.last_answer.describe(),
             who,
         )
+
+    def pack_for_next_try(self) -> None:
+        """This try ends without success (failed, or waits for a person): pack the entries it saw into one object."""
+        pack_for_next_try(self.store, self.attempt, self.log, reachable=not self.writer.backoff.active)
 
     def end_failed_try(self) -> None:
         """This try failed: remove the folders it created and left empty; on the last try, say the cache is kept."""
