@@ -3,8 +3,9 @@ runs live, and the run succeeds with the right answer.
 
 These tests run two attempts of a durable agent on a real local store (no Airflow run) and damage
 one entry between them. The first attempt dies where it fails (``killed=True``: its entries stay single,
-as a SIGKILL leaves them); the rows for packs (what a try that ends writes) damage the pack instead. tests/dags/test_damaged_cache_airflow.py does the same through a real
-``dag.test()`` retry, with a different kind of damage on each of several entries at once.
+as a SIGKILL leaves them); tests/unit/test_packs.py has the rows for a damaged pack (what a try that
+ends writes). tests/dags/test_damaged_cache_airflow.py does the same through a real ``dag.test()``
+retry, with a different kind of damage on each of several entries at once.
 """
 
 from __future__ import annotations
