@@ -95,11 +95,12 @@ def tidy_failed_try(store: StepStore, outlook: TryOutlook, log: TaskLogger) -> N
     """Remove the folders a failed try created and left empty; on the last try, say the cache is kept."""
     try:
         store.remove_empty_folders()
-        kept = store.exists()
+        # Whether anything is kept matters for the last try's log line only (on S3 it costs three requests).
+        kept = not outlook.retry_coming and store.exists()
     except Exception as error:
         log.debug("Durable: could not tidy %s: %s", store.location, describe_error(error))
         return
-    if outlook.retry_coming or not kept:
+    if not kept:
         return
     how = f"rm -r '{store.root}' on this worker" if store.is_local else "delete that prefix"
     if outlook.delete_hint:
