@@ -173,6 +173,17 @@ class _TornFileSystem:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
+    def rm(self, paths: Any, **kwargs: Any) -> None:
+        """Delete files; like an object store, a folder left empty is gone with its last file."""
+        if isinstance(paths, str):
+            self._real.rm(paths, **kwargs)
+            return
+        for path in paths:
+            self._real.rm_file(path)
+        for folder in {os.path.dirname(path) for path in paths}:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+
     def pipe_file(self, path: str, data: bytes, **_: Any) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:

@@ -361,7 +361,7 @@ class StepStore:
         (S3 ``DeleteObjects`` takes up to 1,000 keys). A name that is already gone is no error."""
         if not names:
             return
-        if self.is_local or not isinstance(self.fs, AsyncFileSystem):
+        if self.is_local:
             for name in names:
                 with contextlib.suppress(FileNotFoundError):
                     self._request("rm_file", self._path(name))
@@ -492,7 +492,7 @@ class StepStore:
         known = set(ordered)
         ordered += sorted(name for name in listed if is_entry_name(name) and name not in known and name != RESULT_ENTRY)
         self._held, self._packs_seen = {}, set()
-        if not self.is_local and isinstance(self.fs, AsyncFileSystem):
+        if not self.is_local:
             rest = sorted(listed - set(ordered) - {RESULT_ENTRY})
             self._remove_objects(ordered)
             self._remove_objects([RESULT_ENTRY, *rest] if RESULT_ENTRY in listed else rest)
