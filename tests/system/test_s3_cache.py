@@ -113,7 +113,7 @@ def test_retry_on_another_worker_replays_from_the_shared_bucket(s3_bucket, tmp_p
     # The failed try packed its two steps into one object.
     assert len(after_first) == 1 and after_first[0].startswith(prefix) and after_first[0].endswith("-n2.pack")
     assert s3_bucket.list_keys() == sorted([*after_first, f"{prefix}.attempt-00001"]), "and worker-a's record"
-    stored = [json.loads(s3_bucket.read(key)) for key in after_first]
+    stored = list(json.loads(s3_bucket.read(after_first[0]))["entries"].values())
     assert sorted(entry["kind"] for entry in stored) == ["model", "tool"]
     assert all(entry["attempt"] == 1 for entry in stored)
 
