@@ -160,20 +160,6 @@ def _checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _checksummed_bytes(body: dict[str, Any]) -> bytes:
-    """``body`` with its checksum, as stored: the text the checksum is taken over, serialised once.
-
-    The stored keys are in sorted order with the checksum last; a reader parses the object, removes the
-    checksum and serialises it sorted again (:func:`_checksum`), which gives back the very same text.
-    """
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    checksum = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    try:
-        return f'{text[:-1]},"checksum":"{checksum}"}}'.encode()
-    except UnicodeEncodeError:  # lone surrogates: written with ASCII escapes, which read back the same
-        return _json_bytes({**body, "checksum": checksum})
-
-
 def _json_bytes(body: dict[str, Any]) -> bytes:
     """UTF-8 JSON; text with lone surrogates (undecodable file names) is written as ASCII escapes,
     which JSON reads back as the same surrogates."""
@@ -231,7 +217,10 @@ class StepEntry:
             "recorded_at": self.recorded_at,
             "payload": self.payload,
         }
-        data = _checksummed_bytes(body)
+        # Two serialisations: the checksum is taken over the keys in sorted order, but the stored form keeps
+        # the payload's own order (a replayed dict, or a model rebuilt from it, must keep its key order).
+        body["checksum"] = _checksum(body)
+        data = _json_bytes(body)
         if cipher is None:
             return data
         envelope = {"format": ENTRY_FORMAT, "version": SCHEMA_VERSION, "encrypted": cipher.encrypt(data).decode()}
