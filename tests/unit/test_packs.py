@@ -263,3 +263,29 @@ def test_delete_all_of_a_packed_cache_counts_its_steps(tmp_path):
 
     assert CacheReader(harness.store()).delete_all() == STEPS
     assert not harness.root.exists()
+
+
+def test_packing_never_drops_what_it_could_not_read(tmp_path):
+    """A try that cannot verify some packed entries (sealed with a key it does not have: ``durable_encrypt``
+    was turned off between tries) carries them into its own pack as they are."""
+    from cryptography.fernet import Fernet
+    from tests.helpers.durable import local_store
+
+    cipher = Fernet(Fernet.generate_key())
+    sealed = local_store(tmp_path / "cache", IDENTITY, cipher=cipher)
+    entries = [StepEntry(kind="tool", key=key * 64, step=1, attempt=1, label="t", payload={}) for key in "ab"]
+    for entry in entries:
+        sealed.put(entry)
+    sealed.pack(1)
+    plain = local_store(tmp_path / "cache", IDENTITY)
+    assert plain.load().entries == {}
+    new = StepEntry(kind="model", key="c" * 64, step=1, attempt=2, label="m", payload={})
+    plain.put(new)
+
+    plain.pack(2)
+
+    [name] = objects(harness_for(tmp_path).root)
+    assert parse_pack_name(name).entries == 3  # type: ignore[union-attr]
+    assert set(local_store(tmp_path / "cache", IDENTITY, cipher=cipher).load().entries) == {
+        entry.name for entry in entries
+    }, "the sealed entries are all still there (and the plain one is not readable with the key: it is plain)"

@@ -163,6 +163,9 @@ class StepStore:
     local_files: LocalFiles = field(default_factory=LocalFiles, repr=False)
     _held: dict[str, tuple[bytes | dict[str, Any], str]] = field(default_factory=dict, repr=False)
     """Entry name -> (stored form, the object holding it): what this store loaded or wrote, for :meth:`pack`."""
+    _unread: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict, repr=False)
+    """Entries of readable packs that could not be verified here (sealed without the key, damaged): a new
+    pack carries them as they are, so packing never drops what it could not read."""
     _packs_seen: set[str] = field(default_factory=set, repr=False)
     """The readable packs the last load found (a pack written from what it held replaces them)."""
 
@@ -272,13 +275,15 @@ class StepStore:
             size, modified = rows.get(name, (0, None))
             share = size // max(1, len(pack.bodies))
             stored.extend(StoredEntry(entry, body, share, modified, name) for entry, body in pack.bodies.items())
-        self._held = {}
+        self._held, self._unread = {}, {}
         self._packs_seen = set(packs)
         for item in stored:
             try:
                 entry = self._verify(item)
             except CorruptEntry as error:
                 survey.damaged.append((item, error))
+                if item.in_pack and isinstance(item.data, dict):
+                    self._unread[item.name] = (item.data, item.container)
                 continue
             known = survey.entries.get(item.name)
             if known is None or _newer(entry, known[0]):
@@ -328,9 +333,10 @@ class StepStore:
         Returns the pack's name, or None when there was nothing to pack.
         """
         held = {name: item for name, item in self._held.items() if name != RESULT_ENTRY}
-        if not held:
+        carried = {name: item for name, item in self._unread.items() if name not in held}
+        if not held and not carried:
             return None
-        stored = {name: _stored_bytes(data) for name, (data, _) in held.items()}
+        stored = {name: _stored_bytes(data) for name, (data, _) in {**carried, **held}.items()}
         replaces = sorted(self._packs_seen | {container for _, container in held.values() if is_pack_name(container)})
         name = str(pack_name(attempt, stored))
         data = encode_pack(stored, attempt=attempt, owner=self.owner, replaces=replaces)
@@ -338,6 +344,7 @@ class StepStore:
         self.bytes_written += len(data)
         singles = sorted(entry for entry, (_, container) in held.items() if container == entry)
         self._held.update({entry: (stored[entry], name) for entry in held})
+        self._unread = {entry: (data, name) for entry, (data, _) in carried.items()}
         self._packs_seen = {name}
         self._remove_objects([*replaces, *singles])
         return name
@@ -350,6 +357,7 @@ class StepStore:
         objects = {item.container for item in found if not item.in_pack}
         for name in names:
             self._held.pop(name, None)
+            self._unread.pop(name, None)
         self._remove_objects([name for name in names if name in objects])
         if self._packs_seen:  # an entry may be packed (also when its single copy was the one read)
             attempt = max((entry.attempt for entry, _ in survey.entries.values()), default=0)
@@ -507,7 +515,7 @@ class StepStore:
         ordered += [name for name in newest_first if name in listed and name != RESULT_ENTRY]
         known = set(ordered)
         ordered += sorted(name for name in listed if is_entry_name(name) and name not in known and name != RESULT_ENTRY)
-        self._held, self._packs_seen = {}, set()
+        self._held, self._unread, self._packs_seen = {}, {}, set()
         if not self.is_local:
             rest = sorted(listed - set(ordered) - {RESULT_ENTRY})
             self._remove_objects(ordered)
