@@ -80,6 +80,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="only the cells side by side with apache-airflow-providers-common-ai on S3 (N=10,100,300 unless "
         "--steps; 1 KiB steps unless --sizes); `make bench-peer` installs the peer into bench/.peer first",
     )
+    parser.add_argument(
+        "--no-side-by-side",
+        action="store_true",
+        help="after the matrix, do not run the side-by-side cells even when the peer is installed in bench/.peer",
+    )
     parser.add_argument("--format", choices=("rst", "md"), default="rst", help="table style (default rst)")
     parser.add_argument("--output", type=Path, help="JSON file to write (default bench/results/<timestamp>.json)")
     args = parser.parse_args(argv)
@@ -149,7 +154,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def side_by_side(args: argparse.Namespace) -> int:
+def side_by_side(args: argparse.Namespace, output: Path | None = None) -> int:
     """Ours and the peer's durability on one local S3 server, cell by cell; prints the tables, writes the JSON."""
     from bench.peer import render_side_by_side, run_side_by_side
 
@@ -170,7 +175,7 @@ def side_by_side(args: argparse.Namespace) -> int:
         f"{elapsed:.0f} s in all\n"
     )
     print(render_side_by_side(cells, peer["peer_version"], args.format), flush=True)
-    output = args.output or RESULTS / f"side-by-side-{started_at:%Y%m%d-%H%M%S}.json"
+    output = output or args.output or RESULTS / f"side-by-side-{started_at:%Y%m%d-%H%M%S}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     document = {"started_at": started_at.isoformat(), "environment": env, **peer}
     document["cells"] = [cell.to_json() for cell in cells]
@@ -306,4 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     output.write_text(json.dumps(document, indent=2, default=str))
     progress(f"results: {output} ({bytes_label(output.stat().st_size)}); {elapsed:.0f} s")
+    if "s3" in args.backends and not args.no_side_by_side:
+        from bench.peer import peer_available
+
+        if peer_available() is None:
+            print("\nSide by side with common.ai: skipped (`make bench-peer` installs the peer and runs it)")
+        else:
+            print("")
+            side_by_side(args, output.with_name(f"{output.stem}-side-by-side.json"))
     return 0
