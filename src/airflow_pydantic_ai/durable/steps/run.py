@@ -302,8 +302,9 @@ class DurableRun:
 
     @contextmanager
     def ending(self, *, waits: Callable[[BaseException], bool] = lambda error: False) -> Iterator[DurableRun]:
-        """Around everything an attempt does after :meth:`open`: a failure tidies up (not a ``waits`` one: a
-        try that stops to wait for a person has not failed), and the summary is logged whatever happens."""
+        """Around everything an attempt does after :meth:`open`: a try that ends without success packs what it
+        saw (:meth:`pack_for_next_try`); a failure tidies up (not a ``waits`` one: a try that stops to wait
+        for a person has not failed), and the summary is logged whatever happens."""
         try:
             yield self
         except BaseException as error:
