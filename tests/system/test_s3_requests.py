@@ -135,3 +135,53 @@ def test_recording_is_one_put_per_step_without_a_get_or_list_per_step(s3_server,
         assert attempts.sent["GetObject"] == 0 and attempts.sent["DeleteObjects"] <= 2, attempts.sent
         sent[steps] = attempts.sent - Counter(PutObject=2 * steps + 1)
     assert sent[10] == sent[40], "nothing but the PUT of each step grows with the number of steps"
+
+
+class _Killed(BaseException):
+    """The worker dies here (nothing after it runs: not even ``finish``'s error handling)."""
+
+
+class _KillAfterDeletes:
+    """An S3 filesystem that dies after its ``rm`` call number ``after`` (a batched delete went through)."""
+
+    def __init__(self, real: Any, after: int) -> None:
+        self._real, self._after, self.calls = real, after, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def rm(self, paths: Any, **kwargs: Any) -> Any:
+        result = self._real.rm(paths, **kwargs)
+        self.calls += 1
+        if self.calls == self._after:
+            raise _Killed
+        return result
+
+
+@pytest.mark.parametrize("killed_after", [0, 1, 2])
+def test_a_batched_cleanup_cut_short_leaves_the_recorded_output_for_the_retry(s3_server, s3_bucket, killed_after):
+    """The success window on S3: the cleanup is two batched deletes (packs and steps, then the result entry
+    and the notes); killed before, between or after them, the retry returns the recorded output or finds
+    nothing at all, and never half a cache without its output."""
+    attempts = Attempts(s3_server, s3_bucket, f"window_{killed_after}")
+    attempts.run(20, fail_at=10)  # a failed try: its entries are packed
+    store = attempts.store()
+    run = DurableRun.open(store, attempt=2, log=RecordingLog())
+    result = run_agent(run, build_agent(20), "go", usage_limits=UsageLimits(request_limit=None))
+    run.record_output(result.output)
+    if killed_after:
+        store.fs = _KillAfterDeletes(store.fs, killed_after)
+        with pytest.raises(_Killed):
+            run.finish()
+    left = [key.rsplit("/", 1)[-1] for key in s3_bucket.list_keys("cache/")]
+
+    retry = DurableRun.open(attempts.store(), attempt=3, log=RecordingLog())
+    recorded = retry.recorded_output()
+
+    if killed_after == 2:
+        assert left == [] and recorded is None, left  # nothing left, and no step either: a fresh start
+    else:
+        assert "result-output.json" in left, left
+        assert recorded is not None and recorded.value == "done 20", "the retry returns the output, calls nothing"
+    if killed_after == 1:
+        assert not any(name.endswith((".pack", ".json")) and name != "result-output.json" for name in left), left
