@@ -6,7 +6,7 @@ DEMO_HOME := $(CURDIR)/.demo/airflow_home
 DEMO_ENV := AIRFLOW_HOME=$(DEMO_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/example_dags \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__UNIT_TEST_MODE=False
 
-.PHONY: install demo test test-unit test-dags test-system lint format bench clean docs release-check matrix matrix-oldest matrix-newer-python matrix-list constraints
+.PHONY: install demo test test-unit test-dags test-system lint format bench bench-peer clean docs release-check matrix matrix-oldest matrix-newer-python matrix-list constraints
 
 # Version matrix: one session per constraints/airflow-A-pydantic-ai-P.txt, each in its own venv
 # under .matrix/, installed with uv (from PyPI, into .tools/) because it installs a full Airflow
@@ -94,6 +94,12 @@ format: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# Side by side with apache-airflow-providers-common-ai on a local S3 server. The peer goes into
+# bench/.peer with --no-deps (it runs on the Airflow and pydantic-ai of .venv), never into .venv.
+bench-peer: install
+	test -d bench/.peer || .tools/bin/uv pip install --quiet --no-deps --python $(BIN)/python --target bench/.peer apache-airflow-providers-common-ai==1.0.0
+	$(BIN)/python -m bench --side-by-side
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)

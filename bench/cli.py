@@ -74,6 +74,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backends", default="file,s3", help="file, s3 or both (default file,s3)")
     parser.add_argument("--no-info-run", action="store_true", help="skip the run with INFO logging on")
     parser.add_argument("--profile", action="store_true", help="also cProfile the target cell (file://) and print it")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="only the cells side by side with apache-airflow-providers-common-ai on S3 (N=10,100,300 unless "
+        "--steps; 1 KiB steps unless --sizes); `make bench-peer` installs the peer into bench/.peer first",
+    )
+    parser.add_argument(
+        "--no-side-by-side",
+        action="store_true",
+        help="after the matrix, do not run the side-by-side cells even when the peer is installed in bench/.peer",
+    )
     parser.add_argument("--format", choices=("rst", "md"), default="rst", help="table style (default rst)")
     parser.add_argument("--output", type=Path, help="JSON file to write (default bench/results/<timestamp>.json)")
     args = parser.parse_args(argv)
@@ -143,8 +154,40 @@ def environment() -> dict[str, Any]:
     }
 
 
+def side_by_side(args: argparse.Namespace, output: Path | None = None) -> int:
+    """Ours and the peer's durability on one local S3 server, cell by cell; prints the tables, writes the JSON."""
+    from bench.peer import render_side_by_side, run_side_by_side
+
+    began = time.perf_counter()
+    started_at = datetime.datetime.now(datetime.UTC)
+    env = environment()
+    steps = args.steps
+    reps = {count: args.reps or (5 if count <= 10 else 3 if count <= 100 else 2) for count in steps}
+    size = args.sizes[0] if args.sizes else 1024
+    print(f"side by side on S3: N={steps}, S={size} B, repetitions {reps}", file=sys.stderr, flush=True)
+    cells, peer = run_side_by_side(steps, size, reps, lambda line: print(line, file=sys.stderr, flush=True))
+    elapsed = time.perf_counter() - began
+    env["load_average_end"] = os.getloadavg()
+    print(
+        f"Side by side with {peer['peer']} {peer['peer_version']} on a local S3 server (moto, 127.0.0.1), "
+        f"{started_at:%Y-%m-%d %H:%M} UTC, commit {env['git_commit']}{' (dirty tree)' if env['git_dirty'] else ''}, "
+        f"{env['cpus']} CPUs, load average {env['load_average'][0]:.2f} -> {env['load_average_end'][0]:.2f}, "
+        f"{elapsed:.0f} s in all\n"
+    )
+    print(render_side_by_side(cells, peer["peer_version"], args.format), flush=True)
+    output = output or args.output or RESULTS / f"side-by-side-{started_at:%Y%m%d-%H%M%S}.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    document = {"started_at": started_at.isoformat(), "environment": env, **peer}
+    document["cells"] = [cell.to_json() for cell in cells]
+    output.write_text(json.dumps(document, indent=2, default=str))
+    print(f"results: {output}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.side_by_side:
+        return side_by_side(args)
     began = time.perf_counter()
     started_at = datetime.datetime.now(datetime.UTC)
     env = environment()
@@ -268,4 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     output.write_text(json.dumps(document, indent=2, default=str))
     progress(f"results: {output} ({bytes_label(output.stat().st_size)}); {elapsed:.0f} s")
+    if "s3" in args.backends and not args.no_side_by_side:
+        from bench.peer import peer_available
+
+        if peer_available() is None:
+            print("\nSide by side with common.ai: skipped (`make bench-peer` installs the peer and runs it)")
+        else:
+            print("")
+            side_by_side(args, output.with_name(f"{output.stem}-side-by-side.json"))
     return 0

@@ -182,7 +182,7 @@ class LocalBackend(Backend):
         )
 
     def write_object(self, path: str, data: bytes) -> None:
-        # The store's own atomic write: temporary file, fsync, rename.
+        # The store's own atomic write of an entry: temporary file, rename (no fsync, as for single entries).
         self._writer._put_local(path, data)
 
     def close(self) -> None:

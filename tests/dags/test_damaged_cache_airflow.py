@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tests.helpers.damage import DAMAGES, PROMPT, build_agent, entries_on_disk, expected_output
+from tests.helpers.durable import unpack
 
 SUMMARY = re.compile(
     r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
@@ -51,6 +52,7 @@ def test_damaged_entries_between_two_airflow_tries(airflow_db, tmp_path, monkeyp
     def damage(context: Any) -> None:
         ti = context["ti"]
         root = base / ti.dag_id / ti.run_id / ti.task_id / "-1"
+        unpack(root)  # the failed try packed its entries; damage them one by one, as single entries
         entries = entries_on_disk(root)
         for step, name in enumerate(AIRFLOW_DAMAGES, start=1):
             victim = entries[("tool", step)]

@@ -17,6 +17,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.durable import stored_entries
 
 SUMMARY = re.compile(
     r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
@@ -81,9 +82,9 @@ def files_under(path: Path) -> list[Path]:
     return sorted(item for item in path.rglob("*") if item.is_file()) if path.exists() else []
 
 
-def entries_under(path: Path) -> list[Path]:
-    """The step entries (not the per-try ``.attempt-N`` records beside them)."""
-    return [item for item in files_under(path) if item.suffix == ".json"]
+def entries_under(path: Path) -> list[str]:
+    """The names of the step entries, single or packed (not the per-try ``.attempt-N`` records beside them)."""
+    return sorted(stored_entries(path)) if path.exists() else []
 
 
 def test_retry_replays_unchanged_steps_and_each_tool_runs_once(capfd, cache_base):
@@ -133,12 +134,14 @@ def test_deleting_the_cache_between_tries_forces_a_full_rerun(capfd, cache_base)
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     deleted: list[str] = []
+    deleted_entries: list[str] = []
 
     def delete_cache(context: Any) -> None:
         ti = context["ti"]
         folder = cache_base / ti.dag_id / ti.run_id / ti.task_id / "-1"
         assert folder.is_dir()
         deleted.extend(item.name for item in folder.iterdir())
+        deleted_entries.extend(stored_entries(folder))
         shutil.rmtree(folder)
 
     with make_dag("e2e_cache_deleted") as dag:
@@ -155,7 +158,8 @@ def test_deleting_the_cache_between_tries_forces_a_full_rerun(capfd, cache_base)
 
     assert dr.state == "success"
     steps = [name for name in deleted if not name.startswith(".")]
-    assert len(steps) == 2 and all(name.endswith(".json") for name in steps)
+    assert len(deleted_entries) == 2 and all(name.endswith(".json") for name in deleted_entries)
+    assert len(steps) == 1 and steps[0].endswith(".pack"), "the failed try packed its two steps"
     assert set(deleted) - set(steps) == {".attempt-00001"}, "try 1's record (summary line) lies beside its steps"
     assert summaries(out) == [(0, 0, 0, 3, 1, 2), (0, 0, 0, 4, 2, 2)]
     assert CALLS == {"fetch_ticket": 2, "notify_team": 2}
@@ -321,8 +325,8 @@ def test_failed_run_keeps_the_cache(capfd, cache_base):
     assert dr.state == "failed"
     kept = files_under(cache_base)
     steps = [path for path in kept if not path.name.startswith(".")]
-    assert len(steps) == 2
-    assert {path.name.split("-")[0] for path in steps} == {"model", "tool"}
+    assert [path.suffix for path in steps] == [".pack"], "the failed try packed its steps into one object"
+    assert {name.split("-")[0] for name in entries_under(cache_base)} == {"model", "tool"}
     assert [path.name for path in kept if path not in steps] == [".attempt-00001"], "the try's record (summary)"
     for path in kept:
         assert path.stat().st_mode & 0o077 == 0, "cache files are readable by their owner only"
@@ -578,7 +582,7 @@ def test_execution_timeout_ends_a_durable_task_while_a_sync_tool_hangs(capfd, ca
         out,
     )
     assert summaries(out) == [(0, 0, 0, 2, 1, 1)]
-    assert {path.name.split("-")[0] for path in entries_under(cache_base)} == {"model"}, "no tool result"
+    assert {name.split("-")[0] for name in entries_under(cache_base)} == {"model"}, "no tool result"
     print(f"FIGURE from the tool's start to the end of dag.test: {elapsed:.1f} s")
 
 
@@ -605,7 +609,7 @@ def test_a_sync_tool_that_finishes_within_the_grace_period_after_a_timeout_is_re
 
     assert dr.state == "failed"
     assert "did not finish within" not in out
-    assert {path.name.split("-")[0] for path in entries_under(cache_base)} == {"model", "tool"}
+    assert {name.split("-")[0] for name in entries_under(cache_base)} == {"model", "tool"}
 
 
 # --- a cache left by an earlier DAG run with the same run_id (issue 8, item 2) ------------------------

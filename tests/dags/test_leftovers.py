@@ -11,6 +11,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states
+from tests.helpers.durable import stored_entries
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -81,7 +82,7 @@ def test_a_failed_try_keeps_folders_that_hold_steps(capfd, cache_base):
     dr = run_dag(dag)
     capfd.readouterr()
     assert dr.state == "failed"
-    assert len(list(cache_base.rglob("*.json"))) == 2
+    assert len(stored_entries(cache_base)) == 2
 
 
 def test_last_try_says_the_cache_is_kept_not_that_a_retry_comes(capfd, cache_base):

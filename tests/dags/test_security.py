@@ -12,6 +12,7 @@ from cryptography.fernet import Fernet
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag
 from tests.helpers.compat import clear_fernet_cache
+from tests.helpers.durable import stored_entries, unpack
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -90,8 +91,7 @@ def fresh_fernet():
 
 def _snapshot(base: Path, into: dict[str, bytes]):
     def callback(context: Any) -> None:
-        for path in base.rglob("*.json"):
-            into[path.name] = path.read_bytes()
+        into.update(stored_entries(base))  # single entries, and packed ones byte for byte
 
     return callback
 
@@ -126,6 +126,7 @@ def test_encrypted_cache_is_unreadable_and_tampering_is_rejected(tmp_path, monke
 
     def snapshot_and_tamper(context: Any) -> None:
         _snapshot(base, stored)(context)
+        unpack(base)  # the failed try packed its entries: tamper with them one by one
         entries = sorted(base.rglob("tool-*.json"))
         # An attacker with write access: swaps one encrypted tool entry for a forged plain one...
         victim = entries[0]

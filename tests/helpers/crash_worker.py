@@ -34,12 +34,19 @@ block until the parent kills the process. Kinds:
   ``delete:N`` (``finish()`` has deleted N entries: steps newest first, the result entry last),
   ``deleted:1`` (``finish()`` returned).
 
+- packing (a try that fails, with ``job["fail_at_step"]`` and ``job["ending"]``, packs what it saw):
+  ``pack-partial:1`` (half of the pack's bytes are in its temporary file), ``pack-written:1`` (the pack
+  is in place, no single entry is removed yet), ``delete:N`` (N of the objects it replaces are removed);
+  ``job["pack_only"]`` loads the cache and packs it at once (after the barrier ``job["pack_after"]``),
+  as two tries ending together do (``pack-done:1``: it packed).
+
 Like the operator, a job whose cache holds the output recorded by the previous attempt returns it
 without running the agent, and records it again as its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -61,6 +68,7 @@ KILL_KINDS = (
     "put-after-rename",
     "torn-direct",
 )
+PACK_KINDS = ("pack-partial", "pack-written", "pack-done")
 SUCCESS_WINDOW_KINDS = ("output-recorded", "delete", "deleted")
 _BLOCK_SECONDS = 30.0
 
@@ -83,7 +91,7 @@ class _KillPoints:
         self.kind, self.number = None, 0
         if spec:
             kind, _, number = spec.partition(":")
-            assert kind in KILL_KINDS + SUCCESS_WINDOW_KINDS, spec
+            assert kind in KILL_KINDS + SUCCESS_WINDOW_KINDS + PACK_KINDS, spec
             self.kind, self.number = kind, int(number)
         self.ready = ready
 
@@ -117,9 +125,16 @@ class _KillingLocalFiles:
         return _PartialWriter(self._real.create(path), self._points)
 
     def replace(self, src: str, dst: str) -> None:
+        if dst.endswith(".pack"):
+            self._real.replace(src, dst)
+            self._points.hit("pack-written")
+            return
         self._points.hit("put-before-rename")
         self._real.replace(src, dst)
         self._points.hit("put-after-rename")
+
+
+_PACK_START = b'{"format":"airflow-pydantic-ai/pack"'
 
 
 class _PartialWriter:
@@ -138,7 +153,8 @@ class _PartialWriter:
         return getattr(self._handle, name)
 
     def write(self, data: bytes) -> int:
-        if self._points.due("put-partial"):
+        kind = "pack-partial" if data.startswith(_PACK_START) else "put-partial"
+        if self._points.due(kind):
             self._handle.write(data[: len(data) // 2])
             self._handle.flush()
             self._points.block()
@@ -156,6 +172,17 @@ class _TornFileSystem:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+    def rm(self, paths: Any, **kwargs: Any) -> None:
+        """Delete files; like an object store, a folder left empty is gone with its last file."""
+        if isinstance(paths, str):
+            self._real.rm(paths, **kwargs)
+            return
+        for path in paths:
+            self._real.rm_file(path)
+        for folder in {os.path.dirname(path) for path in paths}:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
 
     def pipe_file(self, path: str, data: bytes, **_: Any) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -179,8 +206,15 @@ class _CountedDeletes:
 
     def rm_file(self, path: str, **kwargs: Any) -> None:
         self._real.rm_file(path, **kwargs)
-        if path.endswith(".json"):
+        if path.endswith((".json", ".pack")):
             self._points.hit("delete")
+
+
+def _wait_for(path: str | None) -> None:
+    """A barrier: return once ``path`` exists (at most 20 s)."""
+    deadline = time.monotonic() + 20
+    while path and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def _mark(marker: str, line: str) -> None:
@@ -227,6 +261,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     def work(step: int) -> str:
         """Do one step of work (a side effect)."""
         points.hit("tool-start")
+        if job.get("fail_at_step") == step:  # the try fails here; with job["ending"], it packs what it saw
+            raise RuntimeError(f"step {step} failed (on purpose)")
         if job.get("hold_until") and step == int(job.get("hold_at_step", 0)):  # a zombie late on purpose
             deadline = time.monotonic() + 20
             while not os.path.exists(job["hold_until"]) and time.monotonic() < deadline:
@@ -250,17 +286,27 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     run = DurableRun.open(store, attempt=attempt, log=log, storage_errors=job.get("storage_errors", "warn"))
     started = time.monotonic()
     outcome: dict[str, Any] = {"pid": os.getpid()}
+    if job.get("pack_only"):  # a try that loaded the cache and ends now: it packs (a zombie's double, too)
+        _wait_for(job.get("pack_after"))
+        run.pack_for_next_try()
+        points.hit("pack-done")
     recorded = run.recorded_output()
     outcome["returned_recorded_output"] = recorded is not None
+    # With job["ending"], as the operator runs it: a try that fails packs what it saw, then logs its summary.
+    ending = run.ending() if job.get("ending") else contextlib.nullcontext()
     try:
-        if recorded is not None:
-            outcome["output"] = recorded.value
-        else:
-            outcome["output"] = run_agent(run, agent, prompt).output
+        with ending:
+            if job.get("pack_only"):
+                pass
+            elif recorded is not None:
+                outcome["output"] = recorded.value
+            else:
+                outcome["output"] = run_agent(run, agent, prompt).output
     except Exception as error:
         outcome["error"] = f"{type(error).__name__}: {error}"
     finally:
-        run.log_summary()
+        if not job.get("ending"):
+            run.log_summary()
     if (job.get("finish") or job.get("record_output")) and "output" in outcome:
         if job.get("record_after"):  # a barrier: record only once that file exists (a zombie late on purpose)
             deadline = time.monotonic() + 20

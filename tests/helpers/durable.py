@@ -8,7 +8,8 @@ summary at the end.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import fsspec
 
 from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity, run_agent
 
-__all__ = ["RUN_ID", "DurableHarness", "RecordingLog", "local_store", "task_identity"]
+__all__ = ["RUN_ID", "DurableHarness", "RecordingLog", "local_store", "stored_entries", "task_identity", "unpack"]
 
 RUN_ID = "manual__2026-11-22T04:00:00+00:00"
 """The run id of the task instances the durable tests write caches for (a manual run's id, with ``:`` and ``+``)."""
@@ -71,6 +72,42 @@ def local_store(base: str | Path, identity: TaskIdentity, **options: Any) -> Ste
     return StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", identity, **options)
 
 
+def _packed(pack: Path) -> Iterator[tuple[str, bytes]]:
+    """(name, exact stored bytes) of every entry of a pack: each is a JSON value spliced in unchanged."""
+    text = pack.read_bytes().decode()
+    decoder = json.JSONDecoder()
+    position = text.index('"entries":{') + len('"entries":{')
+    while text[position] != "}":
+        name, position = decoder.raw_decode(text, position)
+        start = position + 1  # past the ":"
+        _, position = decoder.raw_decode(text, start)
+        yield name, text[start:position].encode()
+        position += text[position] == ","
+
+
+def stored_entries(folder: str | Path, pattern: str = "*") -> dict[str, bytes]:
+    """Entry name -> its stored bytes, for every entry under ``folder`` (searched recursively) whose name matches
+    ``pattern``: single entries as they are, and the entries of packs, byte for byte as they were packed."""
+    found: dict[str, bytes] = {}
+    for path in sorted(Path(folder).rglob("*")):
+        if path.name.endswith(".pack") and not path.name.startswith("."):
+            found.update((name, data) for name, data in _packed(path) if Path(name).match(pattern))
+        elif path.name.endswith(".json") and not path.name.startswith(".") and path.match(pattern):
+            found[path.name] = path.read_bytes()
+    return found
+
+
+def unpack(folder: str | Path) -> None:
+    """Turn every pack under ``folder`` back into single entries, byte for byte, as a try killed before it
+    packed would have left them (for tests that damage one entry on disk)."""
+    for pack in sorted(Path(folder).rglob("*.pack")):
+        if pack.name.startswith("."):
+            continue
+        for name, data in _packed(pack):
+            (pack.parent / name).write_bytes(data)
+        pack.unlink()
+
+
 @dataclass
 class DurableHarness:
     """Attempts of one task instance on its store under ``base``: each :meth:`open` or :meth:`run` is the next
@@ -104,12 +141,17 @@ class DurableHarness:
         *,
         run_options: dict[str, Any] | None = None,
         capabilities: Sequence[Any] = (),
+        killed: bool = False,
         **agent_kwargs: Any,
     ) -> tuple[Any, DurableRun, RecordingLog]:
         """One attempt, as AgentOperator makes it: ``run_agent`` (the durable capability first, then
         ``capabilities``; an answer that ends in ``UnexpectedModelBehavior`` is forgotten) inside
-        ``run.ending()`` (the summary is logged whatever happens). ``agent_kwargs`` go to ``agent.run_sync``."""
+        ``run.ending()`` (the summary is logged whatever happens; a try that fails packs its entries).
+        ``killed``: the try dies where it fails (a SIGKILL): no ``ending``, so its entries stay single.
+        ``agent_kwargs`` go to ``agent.run_sync``."""
         run, log = self.open(**(run_options or {}))
+        if killed:
+            return run_agent(run, agent, prompt, capabilities=capabilities, **agent_kwargs), run, log
         with run.ending():
             result = run_agent(run, agent, prompt, capabilities=capabilities, **agent_kwargs)
         return result, run, log

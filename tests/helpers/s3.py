@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,28 @@ class S3Server:
             aws_access_key_id="x",
             aws_secret_access_key="x",
         )
+
+    def counting_filesystem(self) -> tuple[Any, Counter[str]]:
+        """An ``s3fs`` filesystem on this server, and the requests it sends on the wire by S3 operation
+        (``ListObjectsV2``, ``GetObject``, ``PutObject``, ``DeleteObjects``...), counted from botocore's events."""
+        import s3fs
+        from aiobotocore.session import AioSession
+
+        sent: Counter[str] = Counter()
+        session = AioSession()
+
+        def count(model: Any, **_: Any) -> None:
+            sent[model.name] += 1
+
+        session.register("before-call.s3", count)
+        fs = s3fs.S3FileSystem(
+            key="x",
+            secret="x",
+            client_kwargs={"endpoint_url": self.endpoint_url, "region_name": "us-east-1"},
+            session=session,
+            skip_instance_cache=True,
+        )
+        return fs, sent
 
     def connection_json(self) -> str:
         """The value for ``AIRFLOW_CONN_S3_TEST``."""

@@ -330,14 +330,18 @@ def test_show_a_damaged_entry_says_so(scenario: Scenario) -> None:
     ids = (dag_id, scenario.runs["retry"], "triage")
     prefix = f"{scenario.root}/{dag_id}/{scenario.runs['retry']}/triage/-1"
     scenario.fs.invalidate_cache()
-    [tool_entry] = [path for path in scenario.fs.find(prefix) if path.rsplit("/", 1)[-1].startswith("tool-")]
-    original = scenario.fs.cat_file(tool_entry)
-    scenario.fs.pipe_file(tool_entry, original[: len(original) // 2])
+    # The failed try packed its steps: the tool call's entry inside the pack is edited (its checksum fails).
+    [pack] = [path for path in scenario.fs.find(prefix) if path.endswith(".pack")]
+    original = scenario.fs.cat_file(pack)
+    document = json.loads(original)
+    [tool] = [name for name in document["entries"] if name.startswith("tool-")]
+    document["entries"][tool]["label"] = "forged"
+    scenario.fs.pipe_file(pack, json.dumps(document).encode())
     try:
         steps = scenario.cli("show", *ids, "-o", "json")
         step = scenario.cli("show", *ids, "--step", "2")
     finally:
-        scenario.fs.pipe_file(tool_entry, original)
+        scenario.fs.pipe_file(pack, original)
 
     assert [row["kind"] for row in steps.json()] == ["model", "damaged"]
     assert step.code == 0 and "cannot be shown" in step.stdout and "Traceback" not in step.stderr

@@ -127,8 +127,11 @@ class Site:
         return self.root / "cache" / DAG_ID / urllib.parse.quote(run_id, safe="-_.:+~@=,") / TASK_ID / "-1"
 
     def entries(self, run_id: str) -> int:
-        """How many step entries the task instance's cache holds (not the ".attempt-N.json" records)."""
-        return len([path for path in self.cache_folder(run_id).glob("*.json") if not path.name.startswith(".")])
+        """How many step entries the task instance's cache holds, single or packed (not the per-try records)."""
+        from tests.helpers.durable import stored_entries
+
+        folder = self.cache_folder(run_id)
+        return len(stored_entries(folder)) if folder.exists() else 0
 
     def calls(self) -> list[tuple[str, int]]:
         path = self.root / "tool-calls.txt"

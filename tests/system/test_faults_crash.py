@@ -355,3 +355,133 @@ def test_steps_are_deleted_newest_first(fork_server, tmp_path):
     assert [entry.kind for entry in entries].count("result") == 1
     assert steps == list(range(1, len(steps) + 1)), f"the oldest model steps remain, got {steps}"
     assert len(entries) == ENTRIES - 9
+
+
+# --- packing ----------------------------------------------------------------------------------------
+# A try that fails packs the entries it saw into one object, then removes the single entries it packed.
+# Attempt 1 fails at tool step FAIL_AT (its earlier steps are recorded: FAIL_AT + 1 model answers and
+# FAIL_AT tool calls) and is killed while it packs: half-way through the pack's temporary file, once the
+# pack is in place, and after each of the single entries it removes. Attempt 2 must replay every entry
+# attempt 1 finished (from the pack, the singles, or both), nothing else, and call nothing twice.
+FAIL_AT = 4
+PACKED = 2 * FAIL_AT + 1
+PACK_POINTS = ["pack-partial:1", "pack-written:1", *(f"delete:{count}" for count in range(1, PACKED + 1))]
+
+
+def packed_state(base: Path) -> CacheState:
+    """The entries a cache holds, single or packed (each verified), torn objects, and temporary files."""
+    from tests.helpers.durable import stored_entries
+
+    root = cache_root(base)
+    state = CacheState(complete=set(), corrupt={}, temporary=[])
+    if not root.exists():
+        return state
+    state.temporary = [path.name for path in root.iterdir() if path.name.endswith(".tmp")]
+    for pack in root.glob("*.pack"):
+        try:
+            stored_entries(pack.parent, pack.name)  # parses the pack
+        except ValueError as error:
+            state.corrupt[pack.name] = str(error)
+    for name, data in stored_entries(root).items():
+        try:
+            StepEntry.from_bytes(data, name=name)
+        except CorruptEntry as error:
+            state.corrupt[name] = str(error)
+        else:
+            state.complete.add(name)
+    return state
+
+
+def kill_at(server: ForkServer, tmp: Path, first: dict[str, Any], point: str) -> int:
+    ready = tmp / "ready"
+    pid = server.spawn({**first, "kill_at": point, "ready": str(ready)})
+    deadline = time.monotonic() + 10
+    while not ready.exists():
+        assert time.monotonic() < deadline, f"kill point {point} was never reached"
+        time.sleep(0.0005)
+    os.kill(pid, signal.SIGKILL)
+    return server.wait(pid)
+
+
+def test_sigkill_while_a_failed_try_packs_then_resume(fork_server, tmp_path):
+    reference = expected_output(PROMPT, STEPS)
+    rows = []
+    for index, point in enumerate(PACK_POINTS):
+        tmp = tmp_path / f"trial-{index:02d}"
+        tmp.mkdir()
+        first = job(tmp, "attempt1", 1, fail_at_step=FAIL_AT, ending=True, tool_sleep=0)
+        assert kill_at(fork_server, tmp, first, point) == -signal.SIGKILL, point
+        left = packed_state(tmp / "cache")
+        assert len(left.complete) == PACKED and not left.corrupt, f"{point}: {left}"
+        packs = sorted(path.name for path in cache_root(tmp / "cache").glob("*.pack"))
+        singles = sorted(path.name for path in cache_root(tmp / "cache").glob("*.json"))
+        if point == "pack-partial:1":
+            assert not packs and len(singles) == PACKED and left.temporary, point
+        else:
+            deleted = int(point.partition(":")[2]) if point.startswith("delete") else 0
+            assert len(packs) == 1 and len(singles) == PACKED - deleted, point
+        done = marks(tmp / "marker", 1)
+        assert done == {"model": FAIL_AT + 1, "tool": FAIL_AT}, point
+
+        second = fork_server.run(job(tmp, "attempt2", 2, finish=True, ending=True, tool_sleep=0))
+        replayed = set(second["replayed_entries"])
+        context = f"{point}: {second['summary']}; warnings {second['warnings']}"
+        assert second["output"] == reference, context
+        assert replayed == left.complete, f"wrong or lost replays; {context}"
+        assert second["replayed"] == {"model": FAIL_AT + 1, "tool": FAIL_AT}, context
+        assert marks(tmp / "marker", 2)["tool"] == STEPS - FAIL_AT, f"a finished tool ran again; {context}"
+        assert not second["warnings"] and not second["errors"], context
+        assert not cache_root(tmp / "cache").exists(), context
+        rows.append((point, len(packs), len(singles)))
+    print(f"\npacking SIGKILL trials: {len(rows)}; 0 wrong replays, 0 finished steps lost")
+    for row in rows:
+        print(f"  {row[0]:<16} packs {row[1]} singles {row[2]}")
+    assert len(rows) == PACKED + 2
+
+
+def test_a_torn_pack_is_ignored_and_the_singles_it_would_replace_replay(fork_server, tmp_path):
+    """A filesystem without atomic rename tears the pack itself: the singles are still there, the pack is skipped."""
+    first = job(tmp_path, "attempt1", 1, fail_at_step=FAIL_AT, ending=True, tool_sleep=0)
+    assert kill_at(fork_server, tmp_path, first, "pack-written:1") == -signal.SIGKILL
+    [pack] = cache_root(tmp_path / "cache").glob("*.pack")
+    data = pack.read_bytes()
+    pack.write_bytes(data[: len(data) // 2])
+
+    second = fork_server.run(job(tmp_path, "attempt2", 2, finish=True, ending=True, tool_sleep=0))
+
+    assert second["output"] == expected_output(PROMPT, STEPS)
+    assert second["replayed"] == {"model": FAIL_AT + 1, "tool": FAIL_AT}
+    [warning] = second["warnings"]
+    assert pack.name in warning and "half-way" in warning
+
+
+def test_two_tries_packing_at_once_lose_nothing(fork_server, tmp_path):
+    """A zombie and its successor load the same cache and pack it at the same moment; one is killed half-way
+    through removing what it replaced. The next try replays every finished step, once."""
+    first = job(tmp_path, "attempt1", 1, fail_at_step=FAIL_AT, tool_sleep=0)  # killed: its entries stay single
+    assert fork_server.run(first)["error"].startswith("RuntimeError")
+    barrier = tmp_path / "go"
+    zombie = job(tmp_path, "zombie", 1, pack_only=True, pack_after=str(barrier))
+    ready = tmp_path / "ready"
+    successor = job(tmp_path, "successor", 2, pack_only=True, pack_after=str(barrier))
+    successor.update(kill_at="delete:3", ready=str(ready))
+    pids = [fork_server.spawn(zombie), fork_server.spawn(successor)]
+    time.sleep(0.3)  # both have loaded the cache (each takes a few ms) and wait at the barrier
+    barrier.write_text("go")
+    deadline = time.monotonic() + 10
+    while not ready.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.0005)
+    os.kill(pids[1], signal.SIGKILL)
+    assert fork_server.wait(pids[0]) == 0
+    assert fork_server.wait(pids[1]) == -signal.SIGKILL
+    left = packed_state(tmp_path / "cache")
+    assert len(left.complete) == PACKED and not left.corrupt, left
+
+    third = fork_server.run(job(tmp_path, "attempt3", 3, finish=True, ending=True, tool_sleep=0))
+
+    assert third["output"] == expected_output(PROMPT, STEPS)
+    assert set(third["replayed_entries"]) == left.complete
+    assert third["replayed"] == {"model": FAIL_AT + 1, "tool": FAIL_AT}
+    assert not third["warnings"] and not third["errors"], third["warnings"]
+    assert marks(tmp_path / "marker", 3)["tool"] == STEPS - FAIL_AT

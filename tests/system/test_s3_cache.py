@@ -63,9 +63,9 @@ def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, mo
     assert task_states(dr)[("triage", -1)] == ("success", 2)
     prefix = f"agent-cache/s3.cache-dag/{dr.run_id}/triage/-1/"
     steps = [key for key in keys_between_tries if not key[len(prefix) :].startswith(".")]
-    assert len(steps) == 2
-    assert all(key.startswith(prefix) and key.endswith(".json") for key in steps)
-    assert {key[len(prefix) :].split("-")[0] for key in steps} == {"model", "tool"}
+    # The failed try packed its two steps (one model answer, one tool call) into one object.
+    [pack] = steps
+    assert pack.startswith(prefix) and pack.endswith("-m1-t1-n2.pack"), steps
     # Beside the steps: try 1's record (its summary line, for the UI view); it goes with the cache.
     assert sorted(set(keys_between_tries) - set(steps)) == [f"{prefix}.attempt-00001"]
     assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in out
@@ -110,9 +110,10 @@ def test_retry_on_another_worker_replays_from_the_shared_bucket(s3_bucket, tmp_p
     run_id = first.stdout.split("WORKER RESULT run_id=")[1].split()[0]
     prefix = f"agent-cache/cross_worker.dag-1/{run_id}/triage.ticket-42/-1/"
     after_first = [key for key in s3_bucket.list_keys() if not key.startswith(f"{prefix}.attempt-")]
-    assert len(after_first) == 2 and all(key.startswith(prefix) for key in after_first)
+    # The failed try packed its two steps into one object.
+    assert len(after_first) == 1 and after_first[0].startswith(prefix) and after_first[0].endswith("-n2.pack")
     assert s3_bucket.list_keys() == sorted([*after_first, f"{prefix}.attempt-00001"]), "and worker-a's record"
-    stored = [json.loads(s3_bucket.read(key)) for key in after_first]
+    stored = list(json.loads(s3_bucket.read(after_first[0]))["entries"].values())
     assert sorted(entry["kind"] for entry in stored) == ["model", "tool"]
     assert all(entry["attempt"] == 1 for entry in stored)
 

@@ -2,8 +2,10 @@
 runs live, and the run succeeds with the right answer.
 
 These tests run two attempts of a durable agent on a real local store (no Airflow run) and damage
-one entry between them. tests/dags/test_damaged_cache_airflow.py does the same through a real
-``dag.test()`` retry, with a different kind of damage on each of several entries at once.
+one entry between them. The first attempt dies where it fails (``killed=True``: its entries stay single,
+as a SIGKILL leaves them); tests/unit/test_packs.py has the rows for a damaged pack (what a try that
+ends writes). tests/dags/test_damaged_cache_airflow.py does the same through a real ``dag.test()``
+retry, with a different kind of damage on each of several entries at once.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def test_damaged_entry_is_ignored_and_its_step_runs_live(tmp_path, damage, targe
     calls: Counter[str] = Counter()
     fail = {"fail": True}
     with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail), PROMPT)
+        harness.run(build_agent(calls, fail), PROMPT, killed=True)
     root = harness.root
     entries = entries_on_disk(root)
     assert len(entries) == (FETCHES + 1) + FETCHES  # 4 model answers, 3 fetches (notify failed)
@@ -77,7 +79,7 @@ def test_unrebuildable_model_entry_does_not_claim_the_run_diverged(tmp_path):
     calls: Counter[str] = Counter()
     fail = {"fail": True}
     with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail), PROMPT)
+        harness.run(build_agent(calls, fail), PROMPT, killed=True)
     victim = entries_on_disk(harness.root)[("model", 2)]
     victim.write_bytes(unrebuildable_payload(victim))
     _, run, log = harness.run(build_agent(calls, fail), PROMPT)
@@ -92,7 +94,7 @@ def test_one_pathological_entry_does_not_cost_the_whole_cache(tmp_path, damage, 
     calls: Counter[str] = Counter()
     fail = {"fail": True}
     with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail), PROMPT)
+        harness.run(build_agent(calls, fail), PROMPT, killed=True)
     victim = entries_on_disk(harness.root)[("tool", 2)]
     if damage == "deeply-nested-json":
         victim.write_bytes(b"[" * 100_000 + b"]" * 100_000)
@@ -110,7 +112,7 @@ def test_key_mismatch_never_replays_the_other_steps_result(tmp_path):
     calls: Counter[str] = Counter()
     fail = {"fail": True}
     with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail), PROMPT)
+        harness.run(build_agent(calls, fail), PROMPT, killed=True)
     entries = entries_on_disk(harness.root)
     # Every tool entry now holds fetch 3's result, each under its own (wrong) name.
     source = entries[("tool", 3)].read_bytes()
@@ -130,7 +132,7 @@ def test_every_damage_at_once_in_one_cache(tmp_path):
     calls: Counter[str] = Counter()
     fail = {"fail": True}
     with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail, fetches=fetches), PROMPT)
+        harness.run(build_agent(calls, fail, fetches=fetches), PROMPT, killed=True)
     root = harness.root
     entries = entries_on_disk(root)
     victims = {}

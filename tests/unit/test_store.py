@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import pytest
 from tests.helpers.durable import RUN_ID, RecordingLog, local_store, task_identity
@@ -238,13 +239,22 @@ def test_clear_deletes_the_given_entries_first_and_the_result_last(tmp_path):
         store.put(entry(key=key * 64))
     store.put(StepEntry(kind="result", key="output", step=1, attempt=1, label="output", payload={}))
     deleted: list[str] = []
-    real_remove = store.remove
-
-    def remove(name: str) -> None:
-        deleted.append(name)
-        real_remove(name)
-
-    store.remove = remove  # type: ignore[method-assign]
+    store.fs = _DeletionLog(store.fs, deleted)
     store.clear(newest_first=[names[2], names[0]])
     assert deleted == [names[2], names[0], names[1], RESULT_ENTRY]
     assert not store.exists()
+
+
+class _DeletionLog:
+    """A filesystem that notes the name of every file deleted through ``rm_file``, in order."""
+
+    def __init__(self, real: Any, deleted: list[str]) -> None:
+        self._real = real
+        self._deleted = deleted
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def rm_file(self, path: str) -> None:
+        self._deleted.append(path.rsplit("/", 1)[-1])
+        self._real.rm_file(path)

@@ -66,7 +66,7 @@ def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart("final: " + "|".join(str(part.content) for part in returns))])
 
 
-_record_output, _finish, _remove = DurableRun.record_output, DurableRun.finish, StepStore.remove
+_record_output, _finish, _remove_objects = DurableRun.record_output, DurableRun.finish, StepStore._remove_objects
 
 
 def _record_output_then_maybe_kill(self: DurableRun, value: Any) -> None:
@@ -79,16 +79,18 @@ def _finish_then_maybe_kill(self: DurableRun) -> None:
     _maybe_kill("after_deletion")
 
 
-def _remove_then_maybe_kill(self: StepStore, name: str) -> None:
-    _remove(self, name)
-    _Kill.deleted += 1
-    if _Kill.deleted == DELETED_BEFORE_KILL:
-        _maybe_kill("mid_deletion")
+def _remove_then_maybe_kill(self: StepStore, names: Any) -> None:
+    # Every deletion of the cache goes through ``_remove_objects`` (one by one on a local disk, as here).
+    for name in names:
+        _remove_objects(self, [name])
+        _Kill.deleted += 1
+        if _Kill.deleted == DELETED_BEFORE_KILL:
+            _maybe_kill("mid_deletion")
 
 
 DurableRun.record_output = _record_output_then_maybe_kill  # type: ignore[method-assign]
 DurableRun.finish = _finish_then_maybe_kill  # type: ignore[method-assign]
-StepStore.remove = _remove_then_maybe_kill  # type: ignore[method-assign]
+StepStore._remove_objects = _remove_then_maybe_kill  # type: ignore[method-assign]
 
 
 class KilledOnce(AgentOperator):

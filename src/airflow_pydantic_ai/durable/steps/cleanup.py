@@ -4,7 +4,8 @@ Deleting after success removes the steps newest first and the result entry last 
 so a deletion cut short leaves the result, or the oldest steps of the chain. A failure to delete never
 fails the task: it is one ERROR line naming what to do. A cache left by an earlier DAG run with the
 same ids is deleted with one WARNING saying what it held; a failed try removes only the empty folders
-it created itself.
+it created itself. A try that ends without success packs what it saw (``pack_for_next_try``), so that
+the next one reads a few objects instead of one per step.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from airflow_pydantic_ai.durable.steps.writer import TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
-__all__ = ["delete_after_success", "discard_earlier_run", "tidy_failed_try"]
+__all__ = ["delete_after_success", "discard_earlier_run", "pack_for_next_try", "tidy_failed_try"]
 
 
 def delete_after_success(
@@ -71,15 +72,35 @@ def discard_earlier_run(store: StepStore, entries: Mapping[str, StepEntry], atte
         )
 
 
+def pack_for_next_try(store: StepStore, attempt: int, log: TaskLogger, *, reachable: bool = True) -> None:
+    """A try ends without success (failed, or parked for a person): pack what it saw into one object, so that
+    the next try reads the cache in a few requests (``StepStore.pack``). Never fails the try: an error is
+    one WARNING line, and the entries stay where they were (a retry reads them one by one)."""
+    if not reachable:
+        return
+    try:
+        name = store.pack(attempt)
+    except Exception as error:
+        log.warning(
+            "Durable: could not pack the cache at %s for the next try (%s); it reads the entries one by one",
+            store.location,
+            describe_error(error),
+        )
+        return
+    if name is not None:
+        log.debug("Durable: packed the cache at %s into %s for the next try", store.location, name)
+
+
 def tidy_failed_try(store: StepStore, outlook: TryOutlook, log: TaskLogger) -> None:
     """Remove the folders a failed try created and left empty; on the last try, say the cache is kept."""
     try:
         store.remove_empty_folders()
-        kept = store.exists()
+        # Whether anything is kept matters for the last try's log line only (on S3 it costs three requests).
+        kept = not outlook.retry_coming and store.exists()
     except Exception as error:
         log.debug("Durable: could not tidy %s: %s", store.location, describe_error(error))
         return
-    if outlook.retry_coming or not kept:
+    if not kept:
         return
     how = f"rm -r '{store.root}' on this worker" if store.is_local else "delete that prefix"
     if outlook.delete_hint:

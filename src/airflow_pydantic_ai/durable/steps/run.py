@@ -30,7 +30,12 @@ from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
-from airflow_pydantic_ai.durable.steps.cleanup import delete_after_success, discard_earlier_run, tidy_failed_try
+from airflow_pydantic_ai.durable.steps.cleanup import (
+    delete_after_success,
+    discard_earlier_run,
+    pack_for_next_try,
+    tidy_failed_try,
+)
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
@@ -381,11 +386,13 @@ class DurableRun:
 
     @contextmanager
     def ending(self, *, waits: Callable[[BaseException], bool] = lambda error: False) -> Iterator[DurableRun]:
-        """Around everything an attempt does after :meth:`open`: a failure tidies up (not a ``waits`` one: a
-        try that stops to wait for a person has not failed), and the summary is logged whatever happens."""
+        """Around everything an attempt does after :meth:`open`: a try that ends without success packs what it
+        saw (:meth:`pack_for_next_try`); a failure tidies up (not a ``waits`` one: a try that stops to wait
+        for a person has not failed), and the summary is logged whatever happens."""
         try:
             yield self
         except BaseException as error:
+            self.pack_for_next_try()
             if not waits(error):
                 self.end_failed_try()
             raise
@@ -420,6 +427,10 @@ class DurableRun:
             who,
         )
         self.last_answer = LastAnswer(number=self.last_answer.number)  # forgotten once, however many hooks see it
+
+    def pack_for_next_try(self) -> None:
+        """This try ends without success (failed, or waits for a person): pack the entries it saw into one object."""
+        pack_for_next_try(self.store, self.attempt, self.log, reachable=not self.writer.backoff.active)
 
     def end_failed_try(self) -> None:
         """This try failed: remove the folders it created and left empty; on the last try, say the cache is kept."""

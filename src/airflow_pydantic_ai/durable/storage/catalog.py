@@ -3,7 +3,8 @@
 What ``airflow pydantic-ai cache list`` and ``cache gc`` start from. A cache is a folder exactly four
 segments below the base (``{dag_id}/{run_id}/{task_id}/{map_index}/``, as
 :meth:`~airflow_pydantic_ai.durable.storage.store.TaskIdentity.segments` names it) holding at least one
-entry (``model-*.json`` or ``tool-*.json``).
+entry (``model-*.json`` or ``tool-*.json``) or a pack of them (whose name says how many of each it holds,
+so a packed cache is counted in steps from the listing alone).
 
 Guarantees: one recursive listing of the base (on S3, one paginated ``ListObjectsV2`` without a
 delimiter: a thousand keys per request), sizes and times taken from it, never a GET per entry;
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from airflow_pydantic_ai.durable.storage.entry import is_entry_name
+from airflow_pydantic_ai.durable.storage.entry import is_entry_name, parse_pack_name
 from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, id_segment, is_shortened
 from airflow_pydantic_ai.durable.storage.store import StepStore, modified_time
 
@@ -111,13 +112,13 @@ def list_caches(fs: Any, base: str, base_url: str) -> list[CacheSummary]:
         if parts is None or len(parts) != _DEPTH + 1 or info.get("type") == "directory":
             continue
         *folders, name = parts
-        kind = _entry_kind(name)
-        if kind is None:
+        counts = _step_counts(name)
+        if counts is None:
             continue
         tally = tallies.setdefault(tuple(folders), _Tally())
-        tally.entries += 1
-        tally.model_steps += kind == "model"
-        tally.tool_steps += kind == "tool"
+        tally.entries += counts[0] + counts[1]
+        tally.model_steps += counts[0]
+        tally.tool_steps += counts[1]
         tally.size += int(info.get("size") or 0)
         modified = modified_time(info)
         if modified is not None and (tally.last_written is None or modified > tally.last_written):
@@ -157,9 +158,13 @@ def _relative_parts(path: str, root: str) -> list[str] | None:
     return None
 
 
-def _entry_kind(name: str) -> str | None:
-    """``model`` or ``tool`` for an entry's file name; None for temporary, probe or foreign files."""
-    if not is_entry_name(name):
+def _step_counts(name: str) -> tuple[int, int] | None:
+    """(model steps, tool steps) an object holds, from its name: 1 for an entry of that kind, what a pack's
+    name says for a pack; None for the result, decisions, temporary, probe or foreign files."""
+    pack = parse_pack_name(name)
+    if pack is not None:
+        return (pack.model, pack.tool)
+    if not is_entry_name(name) or "-" not in name:
         return None
     kind = name.split("-", 1)[0]
-    return kind if kind in ("model", "tool") and "-" in name else None
+    return (int(kind == "model"), int(kind == "tool")) if kind in ("model", "tool") else None

@@ -4,7 +4,8 @@ An entry is one JSON object: ``format`` and ``version`` (the schema), ``owner`` 
 belongs to), the step's metadata, its ``payload`` and a SHA-256 ``checksum`` over all of that. With
 encryption on, the whole object is sealed in an envelope (``{"format", "version", "encrypted"}``) by
 an authenticated cipher (Airflow's Fernet). Entry names are ``{kind}-{key}.json``: :func:`entry_name`
-is the one place they are made.
+is the one place they are made. A try that ends packs the entries it saw into one object (``pack.py``);
+the names of packs (:func:`pack_name`) are made and recognised here too, so every naming rule is in one room.
 
 Guarantees: reading never trusts an entry that is torn, garbled, edited, of another release's
 schema, sealed with another key, or written for another task instance: each is a
@@ -16,6 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -29,12 +33,16 @@ __all__ = [
     "TOP_PARENT",
     "Cipher",
     "CorruptEntry",
+    "PackName",
     "SealedEntry",
     "StepEntry",
     "StepKind",
     "StepRole",
     "entry_name",
     "is_entry_name",
+    "is_pack_name",
+    "pack_name",
+    "parse_pack_name",
 ]
 
 ENTRY_FORMAT = "airflow-pydantic-ai/step"
@@ -58,12 +66,62 @@ def entry_name(kind: StepKind, key: str) -> str:
 
 
 def is_entry_name(name: str) -> bool:
-    """Entries are ``{kind}-{key}.json``; temporary files, probes and notes start with a dot."""
+    """Entries are ``{kind}-{key}.json``; temporary files, probes and notes start with a dot; packs end in ``.pack``."""
     return name.endswith(".json") and not name.startswith(".")
 
 
 TOP_PARENT = "top"
 """The ``parent`` in the scope of an agent run started at the attempt's top level after its first run."""
+
+
+_PACK_NAME = re.compile(r"pack-(\d{5,})-([0-9a-f]{12})-m(\d+)-t(\d+)-n(\d+)\.pack")
+
+
+@dataclass(frozen=True)
+class PackName:
+    """What the name of a pack says: the try that wrote it and how many entries of each kind it holds.
+
+    The counts are in the name so that a listing alone (``cache list``, ``cache gc``) can count the steps
+    of a packed cache without reading it.
+    """
+
+    attempt: int
+    nonce: str
+    """Random: two tries packing at once (a zombie and its successor) never write the same object."""
+    model: int
+    tool: int
+    entries: int
+    """Every entry, the recorded output and decisions included."""
+
+    def __str__(self) -> str:
+        return f"pack-{self.attempt:05d}-{self.nonce}-m{self.model}-t{self.tool}-n{self.entries}.pack"
+
+
+def pack_name(attempt: int, names: Iterable[str]) -> PackName:
+    """A fresh name for a pack of the entries ``names`` written by try ``attempt``."""
+    kinds = [name.split("-", 1)[0] for name in names]
+    return PackName(
+        attempt=attempt,
+        nonce=uuid.uuid4().hex[:12],
+        model=kinds.count("model"),
+        tool=kinds.count("tool"),
+        entries=len(kinds),
+    )
+
+
+def parse_pack_name(name: str) -> PackName | None:
+    """The parts of a pack's name; None when ``name`` is not a pack's."""
+    match = _PACK_NAME.fullmatch(name)
+    if match is None:
+        return None
+    attempt, nonce, model, tool, entries = match.groups()
+    return PackName(int(attempt), nonce, int(model), int(tool), int(entries))
+
+
+def is_pack_name(name: str) -> bool:
+    """Packs are ``pack-{try}-{nonce}-m{model}-t{tool}-n{entries}.pack`` (see :class:`PackName`)."""
+    return parse_pack_name(name) is not None
+
 
 RESULT_KEY = "output"
 RESULT_ENTRY = entry_name("result", RESULT_KEY)
@@ -93,6 +151,10 @@ def _parse(data: bytes) -> dict[str, Any]:
         body = json.loads(data)
     except (ValueError, UnicodeDecodeError) as error:
         raise CorruptEntry(f"it is not valid JSON (truncated or garbled): {error}") from None
+    return _checked_format(body)
+
+
+def _checked_format(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict) or body.get("format") != ENTRY_FORMAT:
         raise CorruptEntry("it is not an airflow-pydantic-ai step entry")
     return body
@@ -177,6 +239,8 @@ class StepEntry:
         }
         if self.scope is not None:
             body["scope"] = self.scope
+        # Two serialisations: the checksum is taken over the keys in sorted order, but the stored form keeps
+        # the payload's own order (a replayed dict, or a model rebuilt from it, must keep its key order).
         body["checksum"] = _checksum(body)
         data = _json_bytes(body)
         if cipher is None:
@@ -194,15 +258,29 @@ class StepEntry:
         of range) is a :class:`CorruptEntry`: one bad entry must never cost the rest of the cache.
         """
         try:
-            return cls._verified(data, name=name, cipher=cipher, owner=owner)
+            return cls._verified(_parse(data), name=name, cipher=cipher, owner=owner)
         except CorruptEntry:
             raise
         except Exception as error:  # RecursionError, OverflowError, MemoryError's milder cousins...
             raise CorruptEntry(f"it cannot be parsed ({type(error).__name__}: {error})") from None
 
     @classmethod
-    def _verified(cls, data: bytes, *, name: str, cipher: Cipher | None, owner: list[Any] | None) -> StepEntry:
-        body = _parse(data)
+    def from_body(
+        cls, body: Any, *, name: str, cipher: Cipher | None = None, owner: list[Any] | None = None
+    ) -> StepEntry:
+        """:meth:`from_bytes` for an entry already parsed from JSON (one entry of a pack): the same checks.
+
+        ``body`` is consumed (its checksum field is removed while it is verified).
+        """
+        try:
+            return cls._verified(_checked_format(body), name=name, cipher=cipher, owner=owner)
+        except CorruptEntry:
+            raise
+        except Exception as error:
+            raise CorruptEntry(f"it cannot be parsed ({type(error).__name__}: {error})") from None
+
+    @classmethod
+    def _verified(cls, body: dict[str, Any], *, name: str, cipher: Cipher | None, owner: list[Any] | None) -> StepEntry:
         if "encrypted" in body:
             if cipher is None:
                 raise SealedEntry("it is encrypted, but [pydantic_ai] durable_encrypt is off")

@@ -14,7 +14,8 @@ steps 1..N-1 and run live from step N ("fork at step N").
 Guarantees: reading never changes the cache; a damaged entry is listed as damaged (never a traceback)
 and is still deleted by :meth:`~CacheReader.delete_all` and :meth:`~CacheReader.delete_from`; an
 encrypted entry is decoded only with the key (without it, it is listed as encrypted); nothing is
-deleted outside the task instance's prefix.
+deleted outside the task instance's prefix. Packs (what a try that ended packed into one object) are a
+layout detail: their entries are listed, numbered, shown and deleted as steps like any other.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from airflow_pydantic_ai.durable.storage.entry import TOP_PARENT, CorruptEntry, SealedEntry, StepEntry
-from airflow_pydantic_ai.durable.storage.store import StepStore
+from airflow_pydantic_ai.durable.storage.entry import TOP_PARENT, SealedEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.store import StepStore, StoredEntry
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
 
@@ -99,13 +100,6 @@ class StepDetail:
 
 
 @dataclass
-class _Listed:
-    name: str
-    size: int
-    modified: dt.datetime | None
-
-
-@dataclass
 class CacheReader:
     """Reads (and deletes) one task instance's cache through its :class:`StepStore`."""
 
@@ -113,7 +107,7 @@ class CacheReader:
 
     def exists(self) -> bool:
         """Whether the task instance has anything recorded."""
-        return bool(self._listing())
+        return self.store.count_entries() > 0
 
     def steps(self) -> list[StepInfo]:
         """Every entry, numbered in recorded order; damaged and undecryptable entries come last."""
@@ -131,7 +125,7 @@ class CacheReader:
 
     def delete_all(self) -> int:
         """Delete the whole cache; returns how many entries it held."""
-        count = len(self._listing())
+        count = self.store.count_entries()
         self.store.clear()
         return count
 
@@ -140,31 +134,15 @@ class CacheReader:
         if number < 1:
             raise ValueError(f"steps are numbered from 1, got {number}")
         doomed = [info for info in self.steps() if info.number >= number]
-        for info in reversed(doomed):
-            self.store.remove(info.entry_name)
+        self.store.drop([info.entry_name for info in reversed(doomed)])
         return doomed
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def _listing(self) -> list[_Listed]:
-        return [_Listed(name, size, modified) for name, (size, modified) in sorted(self.store.list_entries().items())]
-
     def _read(self) -> list[tuple[StepInfo, StepEntry | None]]:
-        listed = {item.name: item for item in self._listing()}
-        contents = self.store.read_entries(list(listed))
-        readable: list[tuple[tuple[Any, ...], _Listed, StepEntry]] = []
-        unreadable: list[tuple[_Listed, StepKindShown, str]] = []
-        for name, item in listed.items():
-            data = contents.get(name)
-            if isinstance(data, BaseException) or data is None:
-                unreadable.append((item, "damaged", f"it could not be read: {data}"))
-                continue
-            try:
-                entry = self.store.decode(name, data)
-            except CorruptEntry as error:
-                kind: StepKindShown = "encrypted" if isinstance(error, SealedEntry) else "damaged"
-                unreadable.append((item, kind, str(error)))
-                continue
+        survey = self.store.survey()
+        readable: list[tuple[tuple[Any, ...], StoredEntry, StepEntry]] = []
+        for name, (entry, item) in survey.entries.items():
             recorded = _timestamp(entry.recorded_at) or item.modified
             order = (entry.step, _ROLE_ORDER.get(entry.step_role, 3), recorded or _EPOCH, name)
             readable.append((order, item, entry))
@@ -185,7 +163,10 @@ class CacheReader:
                 depth=int(scope.get("depth", 1)) if scope else 0,
             )
             result.append((info, entry))
-        for item, kind, problem in unreadable:
+        # A damaged copy of an entry that is readable elsewhere (packed and single) is not a step of its own.
+        damaged = [(item, error) for item, error in survey.damaged if item.name not in survey.entries]
+        for item, error in sorted(damaged, key=lambda row: (row[0].name, row[0].container)):
+            kind: StepKindShown = "encrypted" if isinstance(error, SealedEntry) else "damaged"
             info = StepInfo(
                 number=len(result) + 1,
                 kind=kind,
@@ -195,7 +176,7 @@ class CacheReader:
                 recorded_at=item.modified,
                 size=item.size,
                 entry_name=item.name,
-                problem=problem,
+                problem=str(error),
             )
             result.append((info, None))
         return result
@@ -203,7 +184,7 @@ class CacheReader:
 
 _EPOCH = dt.datetime.fromtimestamp(0, tz=dt.UTC)
 
-_Row = tuple[tuple[Any, ...], _Listed, StepEntry]
+_Row = tuple[tuple[Any, ...], StoredEntry, StepEntry]
 
 
 def _orphan_order(scope_id: tuple[str, int]) -> tuple[bool, int]:

@@ -1,24 +1,32 @@
-"""The I/O of one task instance's cache: put, load, list, delete. The bytes are ``entry.py``'s business.
+"""The I/O of one task instance's cache: put, load, pack, list, delete. The bytes are ``entry.py``'s and ``pack.py``'s.
 
 Layout: ``{base}/{dag_id}/{run_id}/{task_id}/{map_index}/{kind}-{key}.json`` (``identity.py`` makes the
 prefix). A step is written once, atomically: a single PUT on object stores, a temporary file plus
-rename on local disks. Nothing is ever rewritten, so the bytes written grow with the size of the
-steps, not with their square, and a crash loses at most the step in flight.
+rename on local disks (not ``fsync``-ed: see ``_put_local``; a pack is). Nothing is ever rewritten
+while a try runs, so the bytes written grow with the size of the steps, not with their square, and a
+crash loses at most the step in flight.
+
+A try that ends (failed, or parked for a person's decision) may :meth:`~StepStore.pack` what it loaded
+and wrote into one object (``pack-....pack``), written atomically *before* the single entries it holds
+and the packs it replaces are removed; the next try then reads a few objects, not one per step.
 
 Besides the steps, a task instance that produced its output holds one ``result`` entry
-(``result-output.json``): the value it pushed to XCom, written before the push, with the same
-guarantees as a step. Deleting the cache removes the steps newest first and the result entry last,
+(``result-output.json``, never packed): the value it pushed to XCom, written before the push, with the
+same guarantees as a step. Deleting the cache removes packs and steps first and the result entry last,
 so a deletion cut short at any point leaves either the result or nothing that was not there before.
 
-Loading lists the prefix once and fetches the entries in one batched call (concurrent on object
-stores). An entry that is torn, garbled, foreign, or of a future format is skipped with a warning.
-Names starting with "." (temporary files, the start probe, per-try notes) are never loaded as steps.
+Loading lists the prefix once and fetches the packs and entries in one batched call (concurrent on
+object stores): one LIST plus one GET per pack and per single entry. An entry that is torn, garbled,
+foreign, or of a future format is skipped with a warning, and so is a pack written half-way (its
+entries are then read from the single entries that still exist). Names starting with "." (temporary
+files, the start probe, per-try notes) are never loaded as steps.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -27,10 +35,20 @@ from typing import Any, BinaryIO
 
 from fsspec.asyn import AsyncFileSystem, sync
 
-from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY, Cipher, CorruptEntry, StepEntry, is_entry_name
+from airflow_pydantic_ai.durable.storage.entry import (
+    RESULT_ENTRY,
+    Cipher,
+    CorruptEntry,
+    StepEntry,
+    is_entry_name,
+    is_pack_name,
+    pack_name,
+    parse_pack_name,
+)
 from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, make_private_folders
+from airflow_pydantic_ai.durable.storage.pack import Pack, decode_pack, encode_pack
 
-__all__ = ["LoadedCache", "LocalFiles", "StepStore", "modified_time"]
+__all__ = ["LoadedCache", "LocalFiles", "StepStore", "StoredEntry", "Survey", "modified_time"]
 
 
 class LocalFiles:
@@ -78,6 +96,49 @@ class LoadedCache:
     bytes_read: int = 0
 
 
+@dataclass(frozen=True)
+class StoredEntry:
+    """One entry as found in storage, before it is verified: in an object of its own, or in a pack."""
+
+    name: str
+    data: bytes | dict[str, Any] | BaseException
+    """Its stored bytes (a single entry), its parsed stored form (in a pack), or why it could not be read."""
+    size: int
+    """Bytes stored (for an entry in a pack: its share of the pack)."""
+    modified: dt.datetime | None
+    container: str
+    """The object that holds it: its own name, or the pack's."""
+
+    @property
+    def in_pack(self) -> bool:
+        return self.container != self.name
+
+
+@dataclass
+class Survey:
+    """What a task instance's cache holds: every verified entry (the newest copy of each), and what is damaged."""
+
+    entries: dict[str, tuple[StepEntry, StoredEntry]] = field(default_factory=dict)
+    damaged: list[tuple[StoredEntry, CorruptEntry]] = field(default_factory=list)
+    """Entries (or whole packs, under the pack's name) that must not be replayed, with the reason."""
+    bytes_read: int = 0
+
+
+def _stored_bytes(data: bytes | dict[str, Any]) -> bytes:
+    """An entry's stored form as bytes (an entry read from a pack was parsed: written back as compact JSON)."""
+    if isinstance(data, bytes):
+        return data
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # lone surrogates (undecodable file names): ASCII escapes read back the same
+        return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _newer(entry: StepEntry, than: StepEntry) -> bool:
+    return (entry.attempt, entry.recorded_at or 0.0) > (than.attempt, than.recorded_at or 0.0)
+
+
 @dataclass
 class StepStore:
     """A task instance's cache on an fsspec filesystem (what ``ObjectStoragePath`` wraps).
@@ -100,6 +161,13 @@ class StepStore:
     created_folders: list[str] = field(default_factory=list, repr=False)
     """Local folders this store created (outermost first): removed again if a failed try leaves them empty."""
     local_files: LocalFiles = field(default_factory=LocalFiles, repr=False)
+    _held: dict[str, tuple[bytes | dict[str, Any], str]] = field(default_factory=dict, repr=False)
+    """Entry name -> (stored form, the object holding it): what this store loaded or wrote, for :meth:`pack`."""
+    _unread: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict, repr=False)
+    """Entries of readable packs that could not be verified here (sealed without the key, damaged): a new
+    pack carries them as they are, so packing never drops what it could not read."""
+    _packs_seen: set[str] = field(default_factory=set, repr=False)
+    """The readable packs the last load found (a pack written from what it held replaces them)."""
 
     @classmethod
     def for_task(
@@ -153,31 +221,163 @@ class StepStore:
             return []
 
     def load(self) -> LoadedCache:
-        """List the prefix once and fetch every entry in one batched call."""
-        loaded = LoadedCache()
-        listing = self._fresh_listing(detail=False)
-        if not listing:
-            return loaded
-        paths = [str(path) for path in listing if is_entry_name(str(path).rsplit("/", 1)[-1])]
-        if not paths:
-            return loaded
-        # Fetched concurrently; the deadline grows with the batch (a few dozen requests run at once).
+        """Every usable entry: one listing, then one batched fetch of the packs and the single entries."""
+        survey = self.survey()
+        loaded = LoadedCache(bytes_read=survey.bytes_read)
+        loaded.entries = {name: entry for name, (entry, _) in survey.entries.items()}
+        for stored, error in survey.damaged:
+            where = f"{stored.name} in {stored.container}" if stored.in_pack else stored.name
+            loaded.skipped[where] = str(error)
+        for where, reason in loaded.skipped.items():
+            if is_pack_name(where):
+                self.warn(
+                    f"Durable: ignoring cache pack {self.location}{where}: {reason}; its steps are read from the "
+                    "single entries that still exist, the others will run live"
+                )
+            else:
+                self.warn(f"Durable: ignoring cache entry {self.location}{where}: {reason}; that step will run live")
+        return loaded
+
+    def survey(self) -> Survey:
+        """List the prefix, fetch the packs and single entries in one batched call, and verify each entry.
+
+        A pack superseded by a readable pack is not read; an entry both packed and single counts once
+        (the copy written last). What this finds is what :meth:`pack` packs.
+        """
+        survey = Survey()
+        rows = self._listing_rows()
+        contents = self._fetch(list(rows))
+        gone = [name for name, data in contents.items() if isinstance(data, FileNotFoundError)]
+        if gone:
+            # A try packing at the same moment moved them into a new pack: list once more and read what is new.
+            rows = self._listing_rows()
+            contents = {name: data for name, data in contents.items() if name in rows}
+            contents.update(self._fetch([name for name in rows if name not in contents]))
+        stored: list[StoredEntry] = []
+        packs: dict[str, Pack] = {}
+        for name, data in sorted(contents.items()):
+            size, modified = rows.get(name, (0, None))
+            if isinstance(data, bytes):
+                survey.bytes_read += len(data)
+            if not is_pack_name(name):
+                stored.append(StoredEntry(name, data, size, modified, name))
+                continue
+            try:
+                if isinstance(data, BaseException):
+                    raise CorruptEntry(f"it could not be read: {data}")
+                packs[name] = decode_pack(data, owner=self.owner)
+            except CorruptEntry as error:
+                survey.damaged.append((StoredEntry(name, data, size, modified, name), error))
+        replaced = {old for pack in packs.values() for old in pack.replaces}
+        for name, pack in packs.items():
+            if name in replaced:
+                continue
+            size, modified = rows.get(name, (0, None))
+            share = size // max(1, len(pack.bodies))
+            stored.extend(StoredEntry(entry, body, share, modified, name) for entry, body in pack.bodies.items())
+        self._held, self._unread = {}, {}
+        self._packs_seen = set(packs)
+        for item in stored:
+            try:
+                entry = self._verify(item)
+            except CorruptEntry as error:
+                survey.damaged.append((item, error))
+                if item.in_pack and isinstance(item.data, dict):
+                    self._unread[item.name] = (item.data, item.container)
+                continue
+            known = survey.entries.get(item.name)
+            if known is None or _newer(entry, known[0]):
+                survey.entries[item.name] = (entry, item)
+                self._held[item.name] = (item.data, item.container)  # type: ignore[assignment]
+        return survey
+
+    def _verify(self, item: StoredEntry) -> StepEntry:
+        if isinstance(item.data, BaseException):
+            raise CorruptEntry(f"it could not be read: {item.data}")
+        if isinstance(item.data, bytes):
+            return self.decode(item.name, item.data)
+        # A shallow copy: verifying removes the checksum field, and the stored form is packed again later.
+        return StepEntry.from_body(dict(item.data), name=item.name, cipher=self.cipher, owner=self.owner)
+
+    def _listing_rows(self) -> dict[str, tuple[int, dt.datetime | None]]:
+        """Entry and pack name -> (bytes stored, last modified in UTC), from one listing of the prefix."""
+        found: dict[str, tuple[int, dt.datetime | None]] = {}
+        for info in self._fresh_listing(detail=True):
+            name = str(info.get("name", "")).rsplit("/", 1)[-1]
+            # A directory under an entry's name is listed too: reading it fails, and that is said (a warning).
+            if not (is_entry_name(name) or is_pack_name(name)):
+                continue
+            found[name] = (int(info.get("size") or 0), modified_time(info))
+        return found
+
+    def _fetch(self, names: list[str]) -> dict[str, bytes | BaseException]:
+        """The bytes of ``names``, fetched concurrently on object stores; an unreadable one maps to its error."""
+        if not names:
+            return {}
+        paths = [self._path(name) for name in names]
+        # The deadline grows with the batch (a few dozen requests run at once).
         contents = self._request("cat", paths, on_error="return", requests=1 + len(paths) // 32)
         if not isinstance(contents, dict):  # a single path comes back as bytes
             contents = {paths[0]: contents}
-        for path, data in sorted(contents.items()):
-            name = str(path).rsplit("/", 1)[-1]
-            if isinstance(data, BaseException):
-                loaded.skipped[name] = f"it could not be read: {data}"
-                continue
-            loaded.bytes_read += len(data)
-            try:
-                loaded.entries[name] = StepEntry.from_bytes(data, name=name, cipher=self.cipher, owner=self.owner)
-            except CorruptEntry as error:
-                loaded.skipped[name] = str(error)
-        for name, reason in loaded.skipped.items():
-            self.warn(f"Durable: ignoring cache entry {self.location}{name}: {reason}; that step will run live")
-        return loaded
+        return {str(path).rsplit("/", 1)[-1]: data for path, data in contents.items()}
+
+    # --- packs -------------------------------------------------------------------------------------
+
+    def pack(self, attempt: int) -> str | None:
+        """Pack the entries this store loaded or wrote into one object, then remove what it supersedes.
+
+        The pack is written atomically first (a PUT; temp file + rename on local disks); only then are the
+        single entries it holds and the packs it replaces removed (one batched delete on object stores).
+        A kill at any point leaves every entry readable: in the old objects, the new pack, or both. The
+        recorded output (``RESULT_ENTRY``) is never packed: cleanup after success deletes it last, alone.
+        Returns the pack's name, or None when there was nothing to pack.
+        """
+        held = {name: item for name, item in self._held.items() if name != RESULT_ENTRY}
+        carried = {name: item for name, item in self._unread.items() if name not in held}
+        if not held and not carried:
+            return None
+        stored = {name: _stored_bytes(data) for name, (data, _) in {**carried, **held}.items()}
+        replaces = sorted(self._packs_seen | {container for _, container in held.values() if is_pack_name(container)})
+        name = str(pack_name(attempt, stored))
+        data = encode_pack(stored, attempt=attempt, owner=self.owner, replaces=replaces)
+        self._put(self._path(name), data, sync=True)  # it replaces objects: on disk before they go
+        self.bytes_written += len(data)
+        singles = sorted(entry for entry, (_, container) in held.items() if container == entry)
+        self._held.update({entry: (stored[entry], name) for entry in held})
+        self._unread = {entry: (data, name) for entry, (data, _) in carried.items()}
+        self._packs_seen = {name}
+        self._remove_objects([*replaces, *singles])
+        return name
+
+    def drop(self, names: Sequence[str]) -> None:
+        """Remove the entries ``names`` (single ones in that order); those held in a pack by writing a pack
+        without them that replaces it. A name may also be a damaged pack's. Reads the cache first."""
+        survey = self.survey()
+        found = [item for _, item in survey.entries.values()] + [item for item, _ in survey.damaged]
+        objects = {item.container for item in found if not item.in_pack}
+        for name in names:
+            self._held.pop(name, None)
+            self._unread.pop(name, None)
+        self._remove_objects([name for name in names if name in objects])
+        if self._packs_seen:  # an entry may be packed (also when its single copy was the one read)
+            attempt = max((entry.attempt for entry, _ in survey.entries.values()), default=0)
+            if self.pack(attempt) is None:  # nothing left to pack: the packs go too
+                self._remove_objects(sorted(self._packs_seen))
+                self._packs_seen = set()
+
+    def _remove_objects(self, names: Sequence[str]) -> None:
+        """Delete ``names``: one by one in that order on local disks, in batched requests on object stores
+        (S3 ``DeleteObjects`` takes up to 1,000 keys). A name that is already gone is no error."""
+        if not names:
+            return
+        if self.is_local:
+            for name in names:
+                with contextlib.suppress(FileNotFoundError):
+                    self._request("rm_file", self._path(name))
+            return
+        paths = [self._path(name) for name in names]
+        with contextlib.suppress(FileNotFoundError):
+            self._request("rm", paths, requests=1 + len(paths) // 1000)
 
     def list_entries(self) -> dict[str, tuple[int, dt.datetime | None]]:
         """Entry name -> (bytes stored, last modified in UTC), from one listing of the prefix (no GET)."""
@@ -219,14 +419,23 @@ class StepStore:
         self._put(self._path(name), data)
         self.bytes_written += len(data)
         self.objects_written += 1
+        self._held[name] = (data, name)
 
-    def _put(self, path: str, data: bytes) -> None:
+    def _put(self, path: str, data: bytes, *, sync: bool = False) -> None:
         if self.is_local:
-            self._put_local(path, data)
+            self._put_local(path, data, sync=sync)
         else:
             self._request("pipe_file", path, data)
 
-    def _put_local(self, path: str, data: bytes) -> None:
+    def _put_local(self, path: str, data: bytes, *, sync: bool = False) -> None:
+        """Temporary file, then rename: atomic against a crash of the process at any point.
+
+        ``sync``: also ``fsync`` the file before the rename and the folder after it, so that the object
+        survives a power loss too. Single entries are not synced (an ``fsync`` costs 0.5-10 ms, more
+        than the rest of a step's recording): the page cache keeps them through a kill of the process,
+        and a power loss can only tear or drop the last ones, which their checksum then rejects (the
+        step runs live). A pack, written once at the end of a try, is synced.
+        """
         directory = os.path.dirname(path)
         self.created_folders.extend(make_private_folders(directory))
         temporary = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
@@ -239,13 +448,20 @@ class StepStore:
         try:
             with handle:
                 handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+                if sync:
+                    handle.flush()
+                    os.fsync(handle.fileno())
             self.local_files.replace(temporary, path)
         except BaseException:
             if os.path.exists(temporary):
                 os.unlink(temporary)
             raise
+        if sync:
+            folder = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
 
     def write_note(self, name: str, data: bytes) -> None:
         """Write a small object beside the entries (``name`` starts with "."): never loaded as a step, not counted."""
@@ -271,25 +487,43 @@ class StepStore:
         self._request("rm_file", path)
 
     def remove(self, name: str) -> None:
-        """Delete one entry if it exists."""
-        with contextlib.suppress(FileNotFoundError):
-            self._request("rm_file", self._path(name))
+        """Delete one entry if it exists (one held in a pack: a pack without it replaces that pack)."""
+        held = self._held.pop(name, None)
+        if held is not None and held[1] != name:
+            self.drop([name])
+            return
+        self._remove_objects([name])
+
+    def count_entries(self) -> int:
+        """How many entries the cache holds, from one listing (a pack's name says how many it holds)."""
+        count = 0
+        for name in self._listing_rows():
+            parsed = parse_pack_name(name)
+            count += parsed.entries if parsed is not None else 1
+        return count
 
     def clear(self, newest_first: Sequence[str] = ()) -> None:
         """Delete the whole prefix (and, on local disks, the parent folders it leaves empty).
 
-        The entries named in ``newest_first`` go first, one by one in that order, then every other
-        entry still listed, then ``RESULT_ENTRY``, then whatever is left (temporary files). A
-        deletion cut short therefore leaves the result entry, or the oldest steps of the chain.
+        Packs go first, then the single entries (those named in ``newest_first`` in that order, then the
+        others), then ``RESULT_ENTRY``, then whatever is left (notes, temporary files). On local disks one
+        by one; on object stores in two batched requests (packs and steps, then the result entry with the
+        rest). A deletion cut short therefore leaves the result entry, or nothing that was not there before.
         """
         listed = {str(path).rsplit("/", 1)[-1] for path in self._fresh_listing(detail=False)}
-        ordered = [name for name in newest_first if name in listed and name != RESULT_ENTRY]
+        ordered = sorted(name for name in listed if is_pack_name(name))
+        ordered += [name for name in newest_first if name in listed and name != RESULT_ENTRY]
         known = set(ordered)
         ordered += sorted(name for name in listed if is_entry_name(name) and name not in known and name != RESULT_ENTRY)
+        self._held, self._unread, self._packs_seen = {}, {}, set()
+        if not self.is_local:
+            rest = sorted(listed - set(ordered) - {RESULT_ENTRY})
+            self._remove_objects(ordered)
+            self._remove_objects([RESULT_ENTRY, *rest] if RESULT_ENTRY in listed else rest)
+            return
         if RESULT_ENTRY in listed:
             ordered.append(RESULT_ENTRY)
-        for name in ordered:
-            self.remove(name)
+        self._remove_objects(ordered)
         try:
             self._request("rm", self.root, recursive=True, requests=3)
         except FileNotFoundError:
