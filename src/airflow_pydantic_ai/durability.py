@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -22,8 +23,7 @@ from airflow_pydantic_ai.durable import DurableConfigError, StepStore, TaskIdent
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
-    from airflow_pydantic_ai.durable import DurableRun
-    from airflow_pydantic_ai.durable.stats import TaskLogger
+    from airflow_pydantic_ai.durable import DurableRun, TaskLogger
 
 __all__ = [
     "CONFIG_SECTION",
@@ -33,6 +33,7 @@ __all__ = [
     "cache_belongs_to_this_dag_run",
     "cache_rm_command",
     "default_cache_path",
+    "note_how_the_try_ends",
     "open_cache_base",
     "resolve_cache_path",
     "retries_an_earlier_try",
@@ -227,10 +228,9 @@ class ThisTry:
     @classmethod
     def of(cls, ti: Any, *, resuming: bool = False) -> ThisTry:
         """``resuming``: the caller knows it resumes (the operator's approval callback does)."""
-        server_context = getattr(ti, "_ti_context_from_server", None)
         return cls(
             try_number=int(getattr(ti, "try_number", 0) or 0),
-            resuming=resuming or bool(getattr(server_context, "next_method", None)),
+            resuming=resuming or _compat.resumes_after_deferral(ti),
         )
 
 
@@ -370,3 +370,26 @@ def start_durable_run(
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
     )
+
+
+@contextmanager
+def note_how_the_try_ends(run: DurableRun, *, log: Any) -> Iterator[None]:
+    """Around a durable try: when it raises, note beside its cache how it ended (for the UI view).
+
+    A failure notes the exception's class and its message with Airflow's secrets masked; a stop to wait
+    for a person notes the wait. Nothing is noted when the try succeeded (its cache is deleted) or left
+    no cache behind; writing the note never changes what the try raises.
+    """
+    from airflow_pydantic_ai.durable import TryEnding, record_ending
+
+    try:
+        yield
+    except BaseException as error:
+        if not run.finished and (run.entries or run.writer.written):
+            waits_in = _compat.waits_for_a_person(error)
+            if waits_in:
+                ending = TryEnding(attempt=run.attempt, how="waiting", message=waits_in)
+            else:
+                ending = TryEnding.failed(run.attempt, error, _compat.redact)
+            record_ending(run.store, ending, warn=log.warning)
+        raise

@@ -172,10 +172,11 @@ def test_the_page_escapes_every_value() -> None:
 def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_path: Path) -> None:
     from airflow.sdk.log import mask_secret
 
+    from airflow_pydantic_ai.cache_access import CacheAccess
     from airflow_pydantic_ai.durable.entry import StepEntry
-    from airflow_pydantic_ai.ui.app import render_step
 
     store = _store(tmp_path)
+    access = CacheAccess(identity=task_identity("d", "t", run_id="r"), store=store, reader=CacheReader(store))
     mask_secret("registered-secret-value-123")
     payload = {
         "outcome": "return",
@@ -183,14 +184,14 @@ def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_pat
     }
     store.put(StepEntry(kind="tool", key="k1", step=1, attempt=1, label="lookup", payload=payload, call_id="c1"))
 
-    info, text = render_step(CacheReader(store), 1)
+    info, text = access.render_step(1)
 
     assert info.name == "lookup"
     assert "sk-live-abc" not in text and "registered-secret-value-123" not in text
     assert "***" in text
     assert len(text) < 4096 + 100 and text.endswith("more characters not shown)")
     with pytest.raises(KeyError):
-        render_step(CacheReader(store), 2)
+        access.render_step(2)
 
 
 def test_a_run_id_from_the_uis_link_keeps_its_plus_sign() -> None:

@@ -24,7 +24,7 @@ from airflow_pydantic_ai.approval.request import (
     PendingCall,
     call_field,
 )
-from airflow_pydantic_ai.durable.decision import Decision
+from airflow_pydantic_ai.durable import Decision
 
 __all__ = ["Answer", "ApprovalTimedOut", "read_answer"]
 

@@ -19,9 +19,7 @@ from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.approval.answer import read_answer
 from airflow_pydantic_ai.approval.request import PendingCall, build_request
 from airflow_pydantic_ai.approval.wait import RENDERED_FIELD, parks_for_input, publish_request, wait_for_answer
-from airflow_pydantic_ai.durable.approvals import WaitingForDecisions
-from airflow_pydantic_ai.durable.decision import DecisionStep
-from airflow_pydantic_ai.durable.run import DurableRun
+from airflow_pydantic_ai.durable import DecisionStep, DurableRun, WaitingForDecisions
 
 __all__ = ["ApprovalSettings", "Resume", "ask", "record_answer"]
 

@@ -14,19 +14,27 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.approvals import WaitingForDecisions
     from airflow_pydantic_ai.durable.attempt import run_agent
+    from airflow_pydantic_ai.durable.attempts import AttemptRecord, TryEnding, latest_attempt, record_ending
     from airflow_pydantic_ai.durable.capability import DurableCapability
+    from airflow_pydantic_ai.durable.catalog import CacheSummary, list_caches
+    from airflow_pydantic_ai.durable.decision import Decision, DecisionStep
     from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableError, DurableStorageError, describe_error
-    from airflow_pydantic_ai.durable.identity import TaskIdentity, make_private_folders
+    from airflow_pydantic_ai.durable.identity import TaskIdentity, id_segment, is_shortened, make_private_folders
     from airflow_pydantic_ai.durable.reader import CacheReader, StepDetail, StepInfo
     from airflow_pydantic_ai.durable.run import DurableRun
-    from airflow_pydantic_ai.durable.stats import SUMMARY_TEMPLATE, empty_summary
+    from airflow_pydantic_ai.durable.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary
     from airflow_pydantic_ai.durable.store import StepStore
     from airflow_pydantic_ai.durable.writer import secret_check
 
 __all__ = [
     "SUMMARY_TEMPLATE",
+    "AttemptRecord",
     "CacheReader",
+    "CacheSummary",
+    "Decision",
+    "DecisionStep",
     "DurableCapability",
     "DurableConfigError",
     "DurableError",
@@ -36,9 +44,17 @@ __all__ = [
     "StepInfo",
     "StepStore",
     "TaskIdentity",
+    "TaskLogger",
+    "TryEnding",
+    "WaitingForDecisions",
     "describe_error",
     "empty_summary",
+    "id_segment",
+    "is_shortened",
+    "latest_attempt",
+    "list_caches",
     "make_private_folders",
+    "record_ending",
     "run_agent",
     "secret_check",
 ]
@@ -46,7 +62,11 @@ __all__ = [
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
     "SUMMARY_TEMPLATE": "stats",
+    "AttemptRecord": "attempts",
     "CacheReader": "reader",
+    "CacheSummary": "catalog",
+    "Decision": "decision",
+    "DecisionStep": "decision",
     "DurableCapability": "capability",
     "DurableConfigError": "errors",
     "DurableError": "errors",
@@ -56,9 +76,17 @@ _HOMES = {
     "StepInfo": "reader",
     "StepStore": "store",
     "TaskIdentity": "identity",
+    "TaskLogger": "stats",
+    "TryEnding": "attempts",
+    "WaitingForDecisions": "approvals",
     "describe_error": "errors",
     "empty_summary": "stats",
+    "id_segment": "identity",
+    "is_shortened": "identity",
+    "latest_attempt": "attempts",
+    "list_caches": "catalog",
     "make_private_folders": "identity",
+    "record_ending": "attempts",
     "run_agent": "attempt",
     "secret_check": "writer",
 }

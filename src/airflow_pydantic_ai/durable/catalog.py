@@ -3,7 +3,9 @@
 What ``airflow pydantic-ai cache list`` and ``cache gc`` start from. A cache is a folder exactly four
 segments below the base (``{dag_id}/{run_id}/{task_id}/{map_index}/``, as
 :meth:`~airflow_pydantic_ai.durable.store.TaskIdentity.segments` names it) holding at least one
-entry (``model-*.json`` or ``tool-*.json``).
+entry, by the entry format's one rule (:func:`~airflow_pydantic_ai.durable.entry.is_entry_name`): a
+folder holding only the recorded output (``result-output.json``) is a cache too, and every entry counts
+in ``entries`` and ``size``, whatever its kind.
 
 Guarantees: one recursive listing of the base (on S3, one paginated ``ListObjectsV2`` without a
 delimiter: a thousand keys per request), sizes and times taken from it, never a GET per entry;
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from airflow_pydantic_ai.durable.entry import is_entry_name
+from airflow_pydantic_ai.durable.entry import entry_kind, is_entry_name
 from airflow_pydantic_ai.durable.identity import TaskIdentity, id_segment, is_shortened
 from airflow_pydantic_ai.durable.store import StepStore, modified_time
 
@@ -38,6 +40,7 @@ class CacheSummary:
     identity: TaskIdentity | None
     """The task instance; None when an id was too long and is stored shortened (find it by :meth:`matches`)."""
     entries: int
+    """Every entry: model and tool steps, approval decisions, the recorded output, damaged ones."""
     model_steps: int
     tool_steps: int
     """Tool and output function calls (both are stored as ``tool-*`` entries)."""
@@ -111,9 +114,9 @@ def list_caches(fs: Any, base: str, base_url: str) -> list[CacheSummary]:
         if parts is None or len(parts) != _DEPTH + 1 or info.get("type") == "directory":
             continue
         *folders, name = parts
-        kind = _entry_kind(name)
-        if kind is None:
+        if not is_entry_name(name):
             continue
+        kind = entry_kind(name)
         tally = tallies.setdefault(tuple(folders), _Tally())
         tally.entries += 1
         tally.model_steps += kind == "model"
@@ -155,11 +158,3 @@ def _relative_parts(path: str, root: str) -> list[str] | None:
         if path.startswith(candidate_root + "/"):
             return path[len(candidate_root) + 1 :].split("/")
     return None
-
-
-def _entry_kind(name: str) -> str | None:
-    """``model`` or ``tool`` for an entry's file name; None for temporary, probe or foreign files."""
-    if not is_entry_name(name):
-        return None
-    kind = name.split("-", 1)[0]
-    return kind if kind in ("model", "tool") and "-" in name else None

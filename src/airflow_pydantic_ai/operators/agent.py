@@ -164,7 +164,7 @@ class AgentOperator(BaseOperator):
             _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
             return _to_xcom(self._run_plain(agent, prompt, model).output)
-        from airflow_pydantic_ai.durability import start_durable_run
+        from airflow_pydantic_ai.durability import note_how_the_try_ends, start_durable_run
         from airflow_pydantic_ai.durable import empty_summary, run_agent
 
         try:
@@ -178,7 +178,7 @@ class AgentOperator(BaseOperator):
             self.log.info(empty_summary())
             raise
         # The summary ends every attempt, also one that stops to wait for approval (which is not a failed try).
-        with run.ending(waits=_waits_for_a_person):
+        with note_how_the_try_ends(run, log=self.log), run.ending(waits=_waits_for_a_person):
             recorded = run.recorded_output()
             if recorded is not None:
                 # The previous try finished and was killed before Airflow recorded its success.
@@ -198,7 +198,7 @@ class AgentOperator(BaseOperator):
                 deps=self.deps,
                 event_stream_handler=self.event_stream_handler,
             )
-            from airflow_pydantic_ai.durable.approvals import WaitingForDecisions
+            from airflow_pydantic_ai.durable import WaitingForDecisions
 
             if isinstance(result, WaitingForDecisions):
                 from airflow_pydantic_ai.approval import ask
@@ -314,7 +314,9 @@ def _refuse_approvals_without_durable(agent: Agent[Any, Any]) -> None:
 
 def _waits_for_a_person(error: BaseException) -> bool:
     """The try parks (``awaiting_input``) or defers until a person answers: it has not failed."""
-    return type(error).__name__ in ("TaskAwaitingInput", "TaskDeferred")
+    from airflow_pydantic_ai import _compat
+
+    return bool(_compat.waits_for_a_person(error))
 
 
 def _to_xcom(output: Any) -> Any:
