@@ -212,3 +212,36 @@ def test_a_run_id_from_the_uis_link_keeps_its_plus_sign() -> None:
     [received] = parse_qs(f"run_id={raw}")["run_id"]
 
     assert run_id_from_view_link(received) == run_id
+
+
+def test_a_try_that_waits_for_a_person_is_told_apart_from_a_failure_by_type(tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_pydantic_ai import _compat
+    from airflow_pydantic_ai.durable import TryEnding, record_ending
+    from airflow_pydantic_ai.durable.attempts import record_attempt
+
+    deferred = TaskDeferred(trigger=object(), method_name="resume_after_approval")  # type: ignore[arg-type]
+    assert _compat.waits_for_a_person(deferred) == "deferred"
+    assert _compat.waits_for_a_person(RuntimeError("TaskDeferred")) == ""
+    if _compat.airflow_version_at_least(3, 3):
+        from airflow.sdk.exceptions import TaskAwaitingInput
+
+        waiting = TaskAwaitingInput(method_name="resume_after_approval", kwargs={}, timeout=None)
+        assert _compat.waits_for_a_person(waiting) == "awaiting_input"
+
+    store = _store(tmp_path)
+    log = RecordingLog()
+    record_attempt(store, AttemptRecord(1, "Durable: replayed ..."), warn=log.warning)
+    record_ending(store, TryEnding(attempt=1, how="waiting", message="awaiting_input"), warn=log.warning)
+    record_attempt(store, AttemptRecord(2, "Durable: replayed ..."), warn=log.warning)
+    failure = TryEnding.failed(2, ValueError("x" * 1000), redact=lambda value: value)
+    record_ending(store, failure, warn=log.warning)
+
+    latest = latest_attempt(store)
+    assert latest is not None and latest.ending == failure
+    assert failure.describe().startswith("Failed: ValueError: xxx") and len(failure.message) == 300
+    assert TryEnding(1, "waiting", message="awaiting_input").describe() == (
+        "Waiting for a person's approval (awaiting_input)"
+    )
+    assert CacheReader(store).steps() == []  # the notes are no steps
