@@ -652,7 +652,7 @@ def test_a_dag_run_deleted_and_created_again_does_not_replay_the_old_runs_cache(
     assert CALLS == {"fetch_ticket": 2, "notify_team": 2}, "the new run's tools all ran"
     warnings = re.findall(r"Durable: the cache at \S+ was left by an earlier run with the same ids.*", out)
     assert len(warnings) == 1
-    assert "(2 steps by tries 1, written " in warnings[0]
+    assert "(2 steps by try 1, written " in warnings[0]
     assert "this is try 1 of a new run, so it is not replayed, and it is deleted" in warnings[0]
     assert summaries(out) == [(0, 0, 0, 4, 2, 2)]
 

@@ -26,6 +26,7 @@ from typing import Any
 from airflow_pydantic_ai import task_states
 from airflow_pydantic_ai.cache_access import STEP_LIMIT, CacheAccess
 from airflow_pydantic_ai.durable import CacheSummary, TaskIdentity, list_caches
+from airflow_pydantic_ai.durable import plural as _plural  # one wording of counts with the task log
 
 __all__ = ["cache_gc", "cache_list", "cache_rm", "cache_show"]
 
@@ -225,7 +226,9 @@ def cache_show(args: Any) -> None:
                 args.step, limit=None if args.full else STEP_LIMIT, raw=args.raw, see_all="show it whole with --full"
             )
         except KeyError as error:
-            raise _UserError(f"{error.args[0]}; it has {len(access.reader.steps())} steps (see cache show)") from None
+            raise _UserError(
+                f"{error.args[0]}; it has {_plural(len(access.reader.steps()), 'step')} (see cache show)"
+            ) from None
         header = (
             f"Step {info.number}: {info.kind} {info.name or '-'} call_id={info.call_id or '-'} "
             f"attempt={info.attempt if info.attempt is not None else '-'} "
@@ -260,7 +263,9 @@ def cache_rm(args: Any) -> None:
         if args.from_step is not None:
             doomed = [step for step in steps if step.number >= args.from_step]
             if not doomed:
-                raise _UserError(f"the cache at {location} has {len(steps)} steps; --from-step must be 1..{len(steps)}")
+                raise _UserError(
+                    f"the cache at {location} has {_plural(len(steps), 'step')}; --from-step must be 1..{len(steps)}"
+                )
             numbers = f"step {args.from_step}" if len(doomed) == 1 else f"steps {args.from_step}..{len(steps)}"
             what = f"{numbers} of the cache ({_size(sum(step.size for step in doomed))})"
         else:
@@ -333,7 +338,3 @@ def cache_gc(args: Any) -> None:
 def _say(message: str, output: str) -> None:
     """A closing line: on stdout after a table, on stderr after JSON or YAML (which must stay parseable)."""
     print(message, file=sys.stdout if output in ("table", "plain") else sys.stderr)
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.identity import TaskIdentity, id_segment, is_shortened, make_private_folders
     from airflow_pydantic_ai.durable.reader import CacheReader, StepDetail, StepInfo
     from airflow_pydantic_ai.durable.run import DurableRun
-    from airflow_pydantic_ai.durable.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary
+    from airflow_pydantic_ai.durable.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary, plural
     from airflow_pydantic_ai.durable.store import StepStore
     from airflow_pydantic_ai.durable.writer import secret_check
 
@@ -54,6 +54,7 @@ __all__ = [
     "latest_attempt",
     "list_caches",
     "make_private_folders",
+    "plural",
     "record_ending",
     "run_agent",
     "secret_check",
@@ -86,6 +87,7 @@ _HOMES = {
     "latest_attempt": "attempts",
     "list_caches": "catalog",
     "make_private_folders": "identity",
+    "plural": "stats",
     "record_ending": "attempts",
     "run_agent": "attempt",
     "secret_check": "writer",

@@ -25,6 +25,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.cache_access import CacheAccess
+from airflow_pydantic_ai.durable import plural
 from airflow_pydantic_ai.task_states import TaskRow, is_active
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import (
@@ -261,7 +262,8 @@ def create_app() -> FastAPI:
         if action == "delete":
             title = "Delete the durable cache?"
             explanation = (
-                f"All {len(steps)} recorded steps of this task instance are deleted. Its next try runs every step live."
+                f"All {plural(len(steps), 'recorded step')} of this task instance are deleted. "
+                "Its next try runs every step live."
             )
             url, button, step_text = task.url("delete"), "Delete cache", ""
         else:
@@ -270,7 +272,7 @@ def create_app() -> FastAPI:
             title = f"Run live from step {step}?"
             kept = "nothing" if step == 1 else "step 1" if step == 2 else f"steps 1 to {step - 1}"
             explanation = (
-                f"Steps {step} to {len(steps)} ({len(steps) - step + 1} steps) are deleted. The next try "
+                f"Steps {step} to {len(steps)} ({plural(len(steps) - step + 1, 'step')}) are deleted. The next try "
                 f"replays {kept} and runs live from step {step}."
             )
             url, button, step_text = task.url("fork", step=step), "Run live from this step", str(step)
@@ -324,10 +326,13 @@ def _notice(done: str) -> str:
     if not all(number.isdigit() for number in numbers):
         return ""
     if kind == "deleted" and len(numbers) == 1:
-        return f"Deleted the cache ({numbers[0]} steps). The next try runs every step live."
+        return f"Deleted the cache ({plural(int(numbers[0]), 'step')}). The next try runs every step live."
     if kind == "forked" and len(numbers) == 2:
         step, count = numbers
-        return f"Deleted step {step} and every later step ({count} steps). The next try runs live from step {step}."
+        return (
+            f"Deleted step {step} and every later step ({plural(int(count), 'step')}). "
+            f"The next try runs live from step {step}."
+        )
     return ""
 
 
