@@ -33,6 +33,7 @@ __all__ = [
     "cache_belongs_to_this_dag_run",
     "cache_rm_command",
     "default_cache_path",
+    "hint_at_retries",
     "note_how_the_try_ends",
     "open_cache_base",
     "resolve_cache_path",
@@ -353,11 +354,6 @@ def start_durable_run(
         )
     this_try = ThisTry.of(ti, resuming=resuming)
     max_tries = getattr(ti, "max_tries", None)
-    if getattr(context.get("task"), "retries", None) == 0 and not this_try.resuming:
-        log.info(
-            "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "
-            "for durability to pay off (until then only clearing the task resumes from the cache)"
-        )
     return DurableRun.open(
         store,
         attempt=this_try.try_number or 1,
@@ -369,6 +365,19 @@ def start_durable_run(
         takes_recorded_output=retries_an_earlier_try(ti),
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
+    )
+
+
+def hint_at_retries(context: Any, *, log: Any, asks_for_approval: bool) -> None:
+    """Say that ``retries=0`` leaves the cache unused, where it does: not for a task whose agent asks a
+    person for approval (the try resumes from the cache after the wait), nor on a resumed try."""
+    if asks_for_approval or getattr(context.get("task"), "retries", None) != 0:
+        return
+    if ThisTry.of(context["ti"]).resuming:
+        return
+    log.info(
+        "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "
+        "for durability to pay off (until then only clearing the task resumes from the cache)"
     )
 
 

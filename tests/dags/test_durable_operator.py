@@ -156,7 +156,8 @@ def test_deleting_the_cache_between_tries_forces_a_full_rerun(capfd, cache_base)
     assert dr.state == "success"
     steps = [name for name in deleted if not name.startswith(".")]
     assert len(steps) == 2 and all(name.endswith(".json") for name in steps)
-    assert set(deleted) - set(steps) == {".attempt-00001"}, "try 1's record (summary line) lies beside its steps"
+    notes = set(deleted) - set(steps)
+    assert notes == {".attempt-00001", ".attempt-00001.end"}, "try 1's record (summary, how it ended) lies beside"
     assert summaries(out) == [(0, 0, 0, 3, 1, 2), (0, 0, 0, 4, 2, 2)]
     assert CALLS == {"fetch_ticket": 2, "notify_team": 2}
     assert "differs from what attempt" not in out, "a deleted cache is a fresh start, not a change"
@@ -317,13 +318,15 @@ def test_failed_run_keeps_the_cache(capfd, cache_base):
     with make_dag("e2e_keeps_cache", retries=0) as dag:
         AgentOperator(task_id="triage", prompt="Triage 42.", model_id="test", toolsets=[tools()], durable=True)
     dr = run_dag(dag)
-    capfd.readouterr()
+    out = capfd.readouterr().out
     assert dr.state == "failed"
+    assert "this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1" in out
     kept = files_under(cache_base)
     steps = [path for path in kept if not path.name.startswith(".")]
     assert len(steps) == 2
     assert {path.name.split("-")[0] for path in steps} == {"model", "tool"}
-    assert [path.name for path in kept if path not in steps] == [".attempt-00001"], "the try's record (summary)"
+    notes = sorted(path.name for path in kept if path not in steps)
+    assert notes == [".attempt-00001", ".attempt-00001.end"], "the try's record (summary) and how it ended"
     for path in kept:
         assert path.stat().st_mode & 0o077 == 0, "cache files are readable by their owner only"
 

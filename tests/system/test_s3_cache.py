@@ -66,8 +66,8 @@ def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, mo
     assert len(steps) == 2
     assert all(key.startswith(prefix) and key.endswith(".json") for key in steps)
     assert {key[len(prefix) :].split("-")[0] for key in steps} == {"model", "tool"}
-    # Beside the steps: try 1's record (its summary line, for the UI view); it goes with the cache.
-    assert sorted(set(keys_between_tries) - set(steps)) == [f"{prefix}.attempt-00001"]
+    # Beside the steps: try 1's record (its summary line and how it ended, for the UI view); it goes with the cache.
+    assert sorted(set(keys_between_tries) - set(steps)) == [f"{prefix}.attempt-00001", f"{prefix}.attempt-00001.end"]
     assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in out
     assert f"Durable: the cache of this task instance is s3://s3_test@{s3_bucket.name}/{prefix}" in out
     assert calls == {"fetch": 1, "notify": 2}
@@ -111,7 +111,8 @@ def test_retry_on_another_worker_replays_from_the_shared_bucket(s3_bucket, tmp_p
     prefix = f"agent-cache/cross_worker.dag-1/{run_id}/triage.ticket-42/-1/"
     after_first = [key for key in s3_bucket.list_keys() if not key.startswith(f"{prefix}.attempt-")]
     assert len(after_first) == 2 and all(key.startswith(prefix) for key in after_first)
-    assert s3_bucket.list_keys() == sorted([*after_first, f"{prefix}.attempt-00001"]), "and worker-a's record"
+    records = [f"{prefix}.attempt-00001", f"{prefix}.attempt-00001.end"]
+    assert s3_bucket.list_keys() == sorted([*after_first, *records]), "and worker-a's record"
     stored = [json.loads(s3_bucket.read(key)) for key in after_first]
     assert sorted(entry["kind"] for entry in stored) == ["model", "tool"]
     assert all(entry["attempt"] == 1 for entry in stored)

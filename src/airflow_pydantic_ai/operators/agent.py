@@ -164,7 +164,7 @@ class AgentOperator(BaseOperator):
             _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
             return _to_xcom(self._run_plain(agent, prompt, model).output)
-        from airflow_pydantic_ai.durability import note_how_the_try_ends, start_durable_run
+        from airflow_pydantic_ai.durability import hint_at_retries, note_how_the_try_ends, start_durable_run
         from airflow_pydantic_ai.durable import empty_summary, run_agent
 
         try:
@@ -185,7 +185,9 @@ class AgentOperator(BaseOperator):
                 return self._complete(context, run, recorded.value)
             prompt, agent, model = self._prepare(context)
             _refuse_external_tools(agent)
-            if resume is not None:
+            if resume is None:
+                hint_at_retries(context, log=self.log, asks_for_approval=bool(_tools_needing_approval(agent)))
+            else:
                 from airflow_pydantic_ai.approval import record_answer
 
                 record_answer(run, resume, settings=self.approval, log=self.log)
@@ -297,19 +299,25 @@ def _refuse_external_tools(agent: Agent[Any, Any]) -> None:
         toolset.apply(visit)
 
 
-def _refuse_approvals_without_durable(agent: Agent[Any, Any]) -> None:
-    """Tools that need approval wait for a person, and only the durable cache keeps the run through the wait."""
+def _tools_needing_approval(agent: Agent[Any, Any]) -> list[str]:
+    """The names of the agent's tools declared with ``requires_approval=True``."""
+    needing: list[str] = []
     for toolset in agent.toolsets:
         tools = getattr(toolset, "tools", None)
-        if not isinstance(tools, dict):
-            continue
-        needing = sorted(name for name, tool in tools.items() if getattr(tool, "requires_approval", False))
-        if needing:
-            raise ValueError(
-                f"the tool(s) {', '.join(needing)} need approval (requires_approval=True); the run has to survive "
-                "the wait for a person's answer, which only the durable cache provides. Set durable=True on the "
-                "AgentOperator / @task.pydantic_ai."
-            )
+        if isinstance(tools, dict):
+            needing += [name for name, tool in tools.items() if getattr(tool, "requires_approval", False)]
+    return sorted(needing)
+
+
+def _refuse_approvals_without_durable(agent: Agent[Any, Any]) -> None:
+    """Tools that need approval wait for a person, and only the durable cache keeps the run through the wait."""
+    needing = _tools_needing_approval(agent)
+    if needing:
+        raise ValueError(
+            f"the tool(s) {', '.join(needing)} need approval (requires_approval=True); the run has to survive "
+            "the wait for a person's answer, which only the durable cache provides. Set durable=True on the "
+            "AgentOperator / @task.pydantic_ai."
+        )
 
 
 def _waits_for_a_person(error: BaseException) -> bool:
