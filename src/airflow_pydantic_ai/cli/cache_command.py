@@ -205,8 +205,16 @@ def cache_list(args: Any) -> None:
         states = task_states.states_of(caches)
         rows = [_list_row(cache, states[cache.segments]) for cache in caches]
         if args.output not in ("json", "yaml"):
-            rows = [{column: row[column] for column in TABLE_COLUMNS} for row in rows]
+            rows = [_table_row(row, cache) for row, cache in zip(rows, caches, strict=True)]
         _print_rows(rows, args.output)
+
+
+def _table_row(row: dict[str, Any], cache: CacheSummary) -> dict[str, Any]:
+    """A row of ``cache list``'s table: :data:`TABLE_COLUMNS`, the time to the second (UTC)."""
+    shown = {column: row[column] for column in TABLE_COLUMNS}
+    if cache.last_written is not None:
+        shown["last_written"] = cache.last_written.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return shown
 
 
 # --- show ----------------------------------------------------------------------------------------
