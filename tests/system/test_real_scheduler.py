@@ -1,6 +1,6 @@
 """One durable AgentOperator run under Airflow's real scheduler, dag-processor and api-server.
 
-Unlike ``dag.test()`` (tests/dags/test_durable_operator.py), each try runs in a fresh task
+Unlike ``dag.test()`` (tests/dags/test_operator_replay.py), each try runs in a fresh task
 process started by the LocalExecutor, so nothing but the durable cache on disk carries the
 first try's work over to the retry.
 
