@@ -260,6 +260,10 @@ class AirflowCluster:
             raise ClusterError(f"{method} {path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
         return json.loads(payload) if payload else None
 
+    def plugin_import_errors(self) -> Any:
+        """What the Home page's "Plugin Import Errors" banner lists (``GET /api/v2/plugins/importErrors``)."""
+        return self._request("GET", "/api/v2/plugins/importErrors")
+
     def token(self) -> str:
         if self._token is None:
             if self.login is None:

@@ -315,6 +315,12 @@ def form_token(page: str) -> str:
     return match.group(1)
 
 
+def test_the_home_page_shows_no_plugin_import_error(site: Site) -> None:
+    # The editable install of `make install` showed "Plugin 'pydantic_ai_durable_cache' already registered".
+    errors = site.cluster.plugin_import_errors()
+    assert errors["total_entries"] == 0, errors["import_errors"]
+
+
 def test_a_viewer_sees_the_steps_but_gets_403_on_every_change(site: Site) -> None:
     viewer = site.cluster.user_token(*USERS["viewer"])
     query = site.view_query(site.runs["http"])
