@@ -43,3 +43,18 @@ def test_the_lines_after_the_summary_agree_with_their_numbers() -> None:
     )
     assert log.at("warning") == ["Durable: 1 step of this attempt was not persisted and will run again on a retry"]
     assert (plural(0, "step"), plural(2, "try", "tries")) == ("0 steps", "2 tries")
+
+
+def test_the_opening_line_counts_the_steps_found_in_words(tmp_path: Path) -> None:
+    from tests.helpers.durable import local_store, task_identity
+
+    from airflow_pydantic_ai.durable import DurableRun
+    from airflow_pydantic_ai.durable.entry import StepEntry
+
+    store = local_store(tmp_path, task_identity())
+    store.put(StepEntry(kind="model", key="a" * 64, step=1, attempt=1, label="test", payload={"response": {}}))
+    log = RecordingLog()
+
+    DurableRun.open(store, attempt=2, log=log)
+
+    assert any(line.startswith("Durable: found 1 step recorded by earlier attempts (") for line in log.at("info"))

@@ -37,7 +37,7 @@ from airflow_pydantic_ai.durable.keys import Fingerprinter, KeyChain
 from airflow_pydantic_ai.durable.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.model_step import ModelStep
 from airflow_pydantic_ai.durable.result import RecordedOutput, find_recorded_output, output_entry
-from airflow_pydantic_ai.durable.stats import AttemptStats, StepCounts, TaskLogger
+from airflow_pydantic_ai.durable.stats import AttemptStats, StepCounts, TaskLogger, plural
 from airflow_pydantic_ai.durable.store import StepStore
 from airflow_pydantic_ai.durable.tool_step import ToolStep
 from airflow_pydantic_ai.durable.usage import ReplayLedger, replay_aware
@@ -114,8 +114,8 @@ class DurableRun:
         run.divergence = Divergence.of(loaded.entries)
         run.stats.bytes_read, run.stats.entries_skipped = loaded.bytes_read, len(loaded.skipped)
         log.info(
-            "Durable: found %d steps recorded by earlier attempts (%d bytes read)",
-            sum(entry.kind != "result" for entry in loaded.entries.values()),
+            "Durable: found %s recorded by earlier attempts (%d bytes read)",
+            plural(sum(entry.kind != "result" for entry in loaded.entries.values()), "step"),
             loaded.bytes_read,
         )
         return run
