@@ -8,7 +8,7 @@ start with ".", so the step loader and the read side never take them for steps.
 
 Guarantees: a record holds no prompt, no payload and no model output (only counts, the names of
 changed request components, and an exception's message masked by the caller and cut to
-:data:`MESSAGE_LIMIT` characters); writing it never fails an attempt (an error is logged at WARNING);
+``MESSAGE_LIMIT`` characters); writing it never fails an attempt (an error is logged at WARNING);
 a damaged record is ignored. Records go with the cache: deleting the cache deletes them.
 """
 
@@ -41,7 +41,7 @@ class TryEnding:
     error_class: str = ""
     """The exception's class name (``ConnectionError``); empty for a wait."""
     message: str = ""
-    """The exception's message, secrets masked by the caller, cut to :data:`MESSAGE_LIMIT` characters;
+    """The exception's message, secrets masked by the caller, cut to ``MESSAGE_LIMIT`` characters;
     for a wait, what it waits in (``awaiting_input``, ``deferred``)."""
 
     @classmethod
