@@ -2,16 +2,18 @@
 
 Routes (under ``/pydantic-ai/cache``; the task instance's ids always in the query string):
 
-- ``GET /`` the view (``&step=N`` also shows step N decoded, truncated, secrets masked);
+- ``GET /`` the view (``&step=N`` also shows step N decoded, truncated, secrets masked; ``&raw=1`` in its stored form);
 - ``GET /confirm?action=delete|fork[&step=N]`` a confirmation page holding a signed form token;
 - ``POST /delete`` deletes the whole cache (``cache rm``), ``POST /fork?step=N`` deletes step N and
   every later step (``cache rm --from-step N``); both answer 303 to the view.
 
 Who may do what is Airflow's auth manager's decision, asked with Airflow's own ``get_user``: reading
 needs GET on the DAG's task instances, deleting needs PUT (the permission that clears a task
-instance). Deleting is refused (409) while the task instance is running or about to. Cookie-
-authenticated POSTs must pass :mod:`~airflow_pydantic_ai.ui.guard`. Heavy Airflow imports happen
-inside the handlers: workers import the plugin too.
+instance). Deleting is refused (409) while the task instance is active
+(:data:`~airflow_pydantic_ai.task_states.ACTIVE_STATES`: running, about to, or waiting to resume, as
+``cache rm`` refuses). Cookie-authenticated POSTs must pass :mod:`~airflow_pydantic_ai.ui.guard`.
+Heavy Airflow imports happen inside the handlers: workers import the plugin too. The cache is opened
+and a step rendered by :mod:`~airflow_pydantic_ai.cache_access`, as the commands do.
 """
 
 from __future__ import annotations
