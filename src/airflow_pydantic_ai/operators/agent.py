@@ -247,26 +247,18 @@ class AgentOperator(BaseOperator):
         return self.prompt
 
     def _run_plain(self, agent: Agent[Any, Any], prompt: str, model: Any) -> Any:
-        """The run's result, without durability."""
-        from pydantic_ai.exceptions import UserError
+        """The run's result, without durability (a tool that asks for approval fails the task: see
+        :mod:`~airflow_pydantic_ai.operators.plain_run`)."""
+        from airflow_pydantic_ai.operators.plain_run import NoWaiting
 
-        try:
-            return agent.run_sync(
-                prompt,
-                model=model,
-                usage_limits=self.usage_limits,
-                deps=self.deps,
-                event_stream_handler=self.event_stream_handler,
-            )
-        except UserError as error:
-            if "DeferredToolRequests" not in str(error):
-                raise
-            # A tool raised ApprovalRequired (or CallDeferred): only a durable run can wait for the answer.
-            raise ValueError(
-                "a tool call asked for approval (ApprovalRequired); the run has to survive the wait for a "
-                "person's answer, which only the durable cache provides. Set durable=True on the "
-                "AgentOperator / @task.pydantic_ai."
-            ) from error
+        return agent.run_sync(
+            prompt,
+            model=model,
+            usage_limits=self.usage_limits,
+            deps=self.deps,
+            event_stream_handler=self.event_stream_handler,
+            capabilities=[NoWaiting()],
+        )
 
 
 class _DeleteDurableCache:
