@@ -33,7 +33,10 @@ export UV_PYTHON_DOWNLOADS := never
 # --seed keeps pip in the venv for anyone who uses it. --compile-bytecode writes the .pyc files pip
 # would: without them every `airflow` process (the CLI tests, the scheduler) compiles ~2,200 modules
 # again (2.5-5 s each), since PYTHONDONTWRITEBYTECODE may be set.
+# A src/*.egg-info left by an older setuptools build sits on the editable install's path: Airflow would see
+# the package twice and show "Plugin ... already registered" on its Home page, so it goes first.
 $(BIN)/.installed: pyproject.toml constraints.txt | $(UV)
+	rm -rf src/*.egg-info
 	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(VENV)
 	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt -e ".[test]"
 	touch $@

@@ -1,9 +1,11 @@
-"""Everything that differs between the Airflow releases this package supports (3.1, 3.2, 3.3), and the one
-private pydantic-ai attribute the package reads (:func:`agent_has_output_validators`).
+"""Everything that differs between the Airflow releases this package supports (3.1, 3.2, 3.3), and
+every private Airflow or pydantic-ai name the package uses.
 
 Each difference is one small function, gated on the installed release where the APIs disagree, so
 the rest of the package reads the same on every release. Where
 ``apache-airflow-providers-common-compat`` already offers a stable name, it is used instead of a gate.
+A private name (a leading underscore in Airflow or pydantic-ai) is used here only, each with the
+releases it was checked on; nothing else in the package reaches into one.
 Airflow is imported inside the functions, never at module import, so DAG parsing stays cheap.
 The releases this covers are the ones ``constraints/`` pins and ``make matrix`` tests.
 
@@ -25,8 +27,12 @@ __all__ = [
     "get_fernet",
     "output_validators",
     "redact",
+    "rendered_fields_of",
+    "resumes_after_deferral",
     "run_id_from_view_link",
+    "set_model_settings",
     "storage_conn_id",
+    "waits_for_a_person",
 ]
 
 
@@ -75,13 +81,81 @@ def get_fernet() -> Any:
 
 
 def redact(value: Any) -> Any:
-    """``value`` with every secret registered with Airflow's secrets masker replaced by ``***``.
+    """``value`` with Airflow's secrets masked: values under sensitive keys (``password``, ``api_key``...)
+    and every value registered as a secret, with the task SDK's masker (a worker's) and core's (the
+    api-server's), which each process kind fills on its own. The one redactor of the package: the
+    secret check before a step is written, the approval request, ``cache show`` and the view.
 
-    The masker moved between task SDK releases; common.compat's ``redact`` is the stable name for it.
+    The task SDK's masker moved between task SDK releases; common.compat's ``redact`` is the stable name
+    for it. Core's masker is private (``airflow._shared.secrets_masker``, checked on Airflow 3.2.2 and
+    3.3.2; absent on 3.1, where the task SDK's is the only one).
     """
-    from airflow.providers.common.compat.sdk import redact as airflow_redact
+    for mask in _maskers():
+        value = mask(value)
+    return value
 
-    return airflow_redact(value)
+
+@functools.cache
+def _maskers() -> tuple[Any, ...]:
+    from airflow.providers.common.compat.sdk import redact as sdk_redact
+
+    try:
+        from airflow._shared.secrets_masker import redact as core_redact
+    except ImportError:
+        return (sdk_redact,)
+    return (sdk_redact,) if core_redact is sdk_redact else (sdk_redact, core_redact)
+
+
+def waits_for_a_person(error: BaseException) -> str:
+    """What a try that raised ``error`` waits in (``awaiting_input``, ``deferred``); "" when it failed.
+
+    Airflow 3.3 parks a task waiting for a person with ``TaskAwaitingInput``; 3.1 and 3.2 defer it
+    (``TaskDeferred``). Recognised by type, never by name.
+    """
+    from airflow.sdk.exceptions import TaskDeferred
+
+    awaiting_input: Any = None
+    if airflow_version_at_least(3, 3):
+        from airflow.sdk.exceptions import TaskAwaitingInput
+
+        awaiting_input = TaskAwaitingInput
+    if awaiting_input is not None and isinstance(error, awaiting_input):
+        return "awaiting_input"
+    if isinstance(error, TaskDeferred):
+        return "deferred"
+    return ""
+
+
+def resumes_after_deferral(ti: Any) -> bool:
+    """Whether the running task instance resumes a try (after a deferral or a wait for input).
+
+    The task SDK's runtime task instance keeps the server's start context in a private attribute
+    (``_ti_context_from_server.next_method``, checked on task SDK 1.1 to 1.3, Airflow 3.1 to 3.3); no
+    public name says it. Without it the answer is False (a fresh try).
+    """
+    server_context = getattr(ti, "_ti_context_from_server", None)
+    return bool(getattr(server_context, "next_method", None))
+
+
+def rendered_fields_of(task: Any) -> dict[str, Any]:
+    """The task's templated fields, serialized as the task SDK sends them as rendered fields.
+
+    The task SDK's own serializer is private (``task_runner._serialize_rendered_fields``, checked on
+    task SDK 1.1 to 1.3), so that the fields stay as Airflow shows them.
+    """
+    from airflow.sdk.execution_time.task_runner import _serialize_rendered_fields
+
+    return dict(_serialize_rendered_fields(task))
+
+
+def set_model_settings(model: Any, settings: Any) -> None:
+    """Give a model built by ``infer_model()`` its settings (``model.settings`` then returns them).
+
+    ``infer_model()`` takes no settings and a model's settings are set only by its constructor, as the
+    private ``_settings`` attribute (checked on pydantic-ai 2.62 to 2.68; a test pins that
+    ``model.settings`` reflects it).
+    """
+    model._settings = settings
 
 
 def run_id_from_view_link(run_id: str) -> str:

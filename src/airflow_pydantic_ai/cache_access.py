@@ -1,14 +1,15 @@
 """Open one task instance's durable cache from its ids, outside the task (UI view, CLI commands).
 
-The store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durability`): the
-configured ``[pydantic_ai] durable_cache_path``, the Fernet cipher when ``durable_encrypt`` is on, the
-storage timeout. So the view reads what the task wrote, with the same step numbering.
+The one way both the view and ``airflow pydantic-ai cache show|rm`` open a cache and render a step. The
+store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durability`): the configured
+``[pydantic_ai] durable_cache_path``, the Fernet cipher when ``durable_encrypt`` is on, the storage
+timeout. So both read what the task wrote, with the same step numbering.
 
 Guarantees: whatever ids it is given (``..``, slashes, encoded slashes, another DAG's ids), the
 prefix it opens is one folder of four encoded segments under the configured base, never outside it
 (:class:`OutsideCacheBase` otherwise); without the key an encrypted entry is listed as encrypted and
-never decrypted. A task given its own ``durable_cache_path=`` argument writes elsewhere; that place
-is not known here.
+never decrypted; a step is shown with Airflow's secrets masked (:func:`~airflow_pydantic_ai._compat.redact`).
+A task given its own ``durable_cache_path=`` argument writes elsewhere; that place is not known here.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_pydantic_ai.durable import CacheReader, StepStore, TaskIdentity
+from airflow_pydantic_ai import _compat
+from airflow_pydantic_ai.durable import CacheReader, StepDetail, StepInfo, StepStore, TaskIdentity
 
-__all__ = ["CacheAccess", "OutsideCacheBase", "open_cache"]
+__all__ = ["STEP_LIMIT", "CacheAccess", "OutsideCacheBase", "open_cache"]
+
+STEP_LIMIT = 4096
+"""Characters of a decoded step shown unless the whole step is asked for."""
 
 
 class OutsideCacheBase(ValueError):
@@ -32,14 +37,28 @@ class CacheAccess:
     """One task instance's cache, opened for reading and deleting."""
 
     identity: TaskIdentity
-    base_location: str
-    """The configured base, as people know it (``file:///...``, ``s3://conn@bucket/prefix``)."""
     store: StepStore
     reader: CacheReader
 
     @property
     def location(self) -> str:
         return self.store.location
+
+    def render_step(
+        self, number: int, *, limit: int | None = STEP_LIMIT, raw: bool = False, see_all: str = ""
+    ) -> tuple[StepInfo, str]:
+        """Step ``number`` as people see it: indented JSON, secrets masked, cut after ``limit`` characters.
+
+        The recorded value is shown plain (``raw``: as stored, in the codec's tagged form). ``see_all``
+        says how to see the rest of a cut step. Raises ``KeyError`` when there is no such step.
+        """
+        detail = self.reader.read(number)
+        content = detail.content if raw else detail.plain
+        text = StepDetail(detail.info, _compat.redact(content)).render(limit=None, redact=_compat.redact)
+        if limit is not None and len(text) > limit:
+            rest = f"{len(text) - limit} more characters not shown"
+            text = f"{text[:limit]}\n... ({rest}{'; ' + see_all if see_all else ''})"
+        return detail.info, text
 
 
 def open_cache(
@@ -61,7 +80,7 @@ def open_cache(
     base = open_cache_base()
     store = base.store_for(identity, warn=warn)
     _check_inside(base.root, store.root)
-    return CacheAccess(identity=identity, base_location=base.url, store=store, reader=CacheReader(store))
+    return CacheAccess(identity=identity, store=store, reader=CacheReader(store))
 
 
 def _check_inside(base: str, root: str) -> None:

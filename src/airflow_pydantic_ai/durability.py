@@ -36,6 +36,8 @@ __all__ = [
     "default_cache_path",
     "delete_cache_after_success",
     "durable_attempt",
+    "hint_at_retries",
+    "note_how_the_try_ends",
     "open_cache_base",
     "resolve_cache_path",
     "retries_an_earlier_try",
@@ -230,10 +232,9 @@ class ThisTry:
     @classmethod
     def of(cls, ti: Any, *, resuming: bool = False) -> ThisTry:
         """``resuming``: the caller knows it resumes (the operator's approval callback does)."""
-        server_context = getattr(ti, "_ti_context_from_server", None)
         return cls(
             try_number=int(getattr(ti, "try_number", 0) or 0),
-            resuming=resuming or bool(getattr(server_context, "next_method", None)),
+            resuming=resuming or _compat.resumes_after_deferral(ti),
         )
 
 
@@ -356,11 +357,6 @@ def start_durable_run(
         )
     this_try = ThisTry.of(ti, resuming=resuming)
     max_tries = getattr(ti, "max_tries", None)
-    if getattr(context.get("task"), "retries", None) == 0 and not this_try.resuming:
-        log.info(
-            "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "
-            "for durability to pay off (until then only clearing the task resumes from the cache)"
-        )
     return DurableRun.open(
         store,
         attempt=this_try.try_number or 1,
@@ -446,3 +442,39 @@ def durable_attempt(
         delete_cache_after_success(task, run)
     else:
         run.finish()
+
+
+def hint_at_retries(context: Any, *, log: Any, asks_for_approval: bool) -> None:
+    """Say that ``retries=0`` leaves the cache unused, where it does: not for a task whose agent asks a
+    person for approval (the try resumes from the cache after the wait), nor on a resumed try."""
+    if asks_for_approval or getattr(context.get("task"), "retries", None) != 0:
+        return
+    if ThisTry.of(context["ti"]).resuming:
+        return
+    log.info(
+        "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "
+        "for durability to pay off (until then only clearing the task resumes from the cache)"
+    )
+
+
+@contextmanager
+def note_how_the_try_ends(run: DurableRun, *, log: Any) -> Iterator[None]:
+    """Around a durable try: when it raises, note beside its cache how it ended (for the UI view).
+
+    A failure notes the exception's class and its message with Airflow's secrets masked; a stop to wait
+    for a person notes the wait. Nothing is noted when the try succeeded (its cache is deleted) or left
+    no cache behind; writing the note never changes what the try raises.
+    """
+    from airflow_pydantic_ai.durable import TryEnding, record_ending
+
+    try:
+        yield
+    except BaseException as error:
+        if not run.finished and (run.entries or run.writer.written):
+            waits_in = _compat.waits_for_a_person(error)
+            if waits_in:
+                ending = TryEnding(attempt=run.attempt, how="waiting", message=waits_in)
+            else:
+                ending = TryEnding.failed(run.attempt, error, _compat.redact)
+            record_ending(run.store, ending, warn=log.warning)
+        raise

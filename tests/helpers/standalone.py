@@ -260,6 +260,10 @@ class AirflowCluster:
             raise ClusterError(f"{method} {path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
         return json.loads(payload) if payload else None
 
+    def plugin_import_errors(self) -> Any:
+        """What the Home page's "Plugin Import Errors" banner lists (``GET /api/v2/plugins/importErrors``)."""
+        return self._request("GET", "/api/v2/plugins/importErrors")
+
     def token(self) -> str:
         if self._token is None:
             if self.login is None:
@@ -380,6 +384,35 @@ class AirflowCluster:
 
     def tails(self) -> str:
         return "\n".join(self.tail(name) for name in COMPONENTS)
+
+
+@contextmanager
+def durable_cluster(
+    root: Path,
+    dag_file: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    login: tuple[str, str] | None = None,
+    request_timeout: float = 60,
+    ready_timeout: float = 180,
+) -> Iterator[AirflowCluster]:
+    """A running Airflow (scheduler, dag-processor, api-server) with ``dag_file`` in its dags folder and
+    its durable cache under ``root/cache`` (``file://``); stopped, children and all, on exit.
+
+    The one start-up of the scheduler tests: the timeouts allow a loaded 2-core machine (migrating, or
+    starting the api-server, can take over a minute there). ``login``: the (username, password) REST
+    calls use, for a cluster with users of its own.
+    """
+    cluster = AirflowCluster.create(
+        root,
+        dag_files=[dag_file],
+        extra_env={"AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{root / 'cache'}", **(extra_env or {})},
+    )
+    if login is not None:
+        cluster.login_as(*login)
+    cluster.request_timeout = request_timeout
+    with cluster.running(ready_timeout=ready_timeout, migrate_timeout=max(ready_timeout, 300)):
+        yield cluster
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers.standalone import AirflowCluster
+from tests.helpers.standalone import AirflowCluster, durable_cluster
 from tests.helpers.task_logs import log_events, summaries
 
 pytestmark = [
@@ -36,15 +36,7 @@ RUN_TIMEOUT = 240  # the machine may be loaded; it takes 10-20 s on a quiet one
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
-    cluster = AirflowCluster.create(
-        tmp_path,
-        dag_files=[DAG_FILE],
-        extra_env={
-            "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{tmp_path / 'cache'}",
-            "DURABLE_E2E_MARKER": str(tmp_path / "tool-calls.txt"),
-        },
-    )
-    with cluster.running(ready_timeout=180, migrate_timeout=300):
+    with durable_cluster(tmp_path, DAG_FILE, {"DURABLE_E2E_MARKER": str(tmp_path / "tool-calls.txt")}) as cluster:
         yield cluster
 
 

@@ -265,7 +265,10 @@ def test_run_live_from_step_2_then_a_real_retry_replays_only_step_1(site: Site, 
     assert "ops@example.com" in detail.inner_text()
     shoot(page, "cache-view.png")
 
-    frame.locator("table.steps tbody tr").nth(1).get_by_role("link", name="Run live from this step").click()
+    # One action on the shown step (not a button on every row); the value shown plain, its stored form on request.
+    assert frame.locator("table.steps").get_by_role("link", name="Run live from this step").count() == 0
+    assert '"type": "json"' not in detail.inner_text()
+    frame.locator("section.detail").get_by_role("link", name="Run live from this step").click()
     frame.get_by_text("Steps 2 to 5 (4 steps) are deleted").wait_for()
     shoot(page, "cache-view-confirm.png")
     frame.get_by_role("button", name="Run live from this step").click()
@@ -313,6 +316,12 @@ def form_token(page: str) -> str:
     match = re.search(r'name="form_token" value="([^"]+)"', page)
     assert match, page[:2000]
     return match.group(1)
+
+
+def test_the_home_page_shows_no_plugin_import_error(site: Site) -> None:
+    # The editable install of `make install` showed "Plugin 'pydantic_ai_durable_cache' already registered".
+    errors = site.cluster.plugin_import_errors()
+    assert errors["total_entries"] == 0, errors["import_errors"]
 
 
 def test_a_viewer_sees_the_steps_but_gets_403_on_every_change(site: Site) -> None:

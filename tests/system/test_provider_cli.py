@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from importlib.metadata import distribution
+from importlib.metadata import distribution, distributions
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,35 @@ def _plugins_json(extra_env: dict[str, str]) -> list[dict[str, Any]]:
     document = result.stdout[result.stdout.index("[{") :]
     plugins = json.JSONDecoder().raw_decode(document)[0]
     return [plugin for plugin in plugins if plugin["name"] == "pydantic_ai_durable_cache"]
+
+
+def _plugin_import_errors(extra_env: dict[str, str]) -> dict[str, str]:
+    """What the api-server's ``/api/v2/plugins/importErrors`` (the Home page's banner) would list."""
+    script = "import json; from airflow import plugins_manager; print(json.dumps(plugins_manager.get_import_errors()))"
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **extra_env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parent,  # not the checkout's root: only what is installed is on the path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_installed_provider_is_one_distribution_and_no_plugin_import_error() -> None:
+    # A setuptools build left src/airflow_pydantic_ai.egg-info beside the editable install's metadata;
+    # the path hook made it a second distribution and Airflow loaded the plugin entry point twice.
+    copies = [
+        str(dist._path)  # type: ignore[attr-defined]
+        for dist in distributions()
+        if dist.metadata["Name"] and dist.metadata["Name"].lower().replace("_", "-") == PACKAGE
+    ]
+    assert len(copies) == 1, f"{PACKAGE} is installed {len(copies)} times: {copies} (delete the stale ones)"
+    for lazy in ("True", "False"):
+        errors = _plugin_import_errors({"AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": lazy})
+        assert errors == {}, f"lazy_discover_providers={lazy}: {errors}"
 
 
 def test_the_cache_view_plugin_is_loaded_with_its_task_instance_tab_and_can_be_turned_off() -> None:

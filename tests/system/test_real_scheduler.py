@@ -1,6 +1,6 @@
 """One durable AgentOperator run under Airflow's real scheduler, dag-processor and api-server.
 
-Unlike ``dag.test()`` (tests/dags/test_durable_operator.py), each try runs in a fresh task
+Unlike ``dag.test()`` (tests/dags/test_operator_replay.py), each try runs in a fresh task
 process started by the LocalExecutor, so nothing but the durable cache on disk carries the
 first try's work over to the retry.
 
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers.standalone import AirflowCluster
+from tests.helpers.standalone import AirflowCluster, durable_cluster
 from tests.helpers.task_logs import log_events, summaries
 
 pytestmark = [
@@ -37,15 +37,7 @@ RUN_TIMEOUT = 90  # seconds from trigger to a finished run; it takes about 8-13 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
-    cluster = AirflowCluster.create(
-        tmp_path,
-        dag_files=[DAG_FILE],
-        extra_env={
-            "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{tmp_path / 'cache'}",
-            "DURABLE_E2E_MARKER": str(tmp_path / "tool-calls.txt"),
-        },
-    )
-    with cluster.running():
+    with durable_cluster(tmp_path, DAG_FILE, {"DURABLE_E2E_MARKER": str(tmp_path / "tool-calls.txt")}) as cluster:
         yield cluster
 
 

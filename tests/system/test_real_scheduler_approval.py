@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 from tests.helpers.compat import airflow_version
-from tests.helpers.standalone import AirflowCluster, ClusterError, user_env
+from tests.helpers.standalone import AirflowCluster, ClusterError, durable_cluster, user_env
 from tests.system.test_real_scheduler import log_events, summaries
 
 pytestmark = [
@@ -45,21 +45,16 @@ USERS = {"admin": ("admin", "admin-password"), "alice": ("op", "alice-password")
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
     (tmp_path / "auth").mkdir()
-    cluster = AirflowCluster.create(
-        tmp_path,
-        dag_files=[DAG_FILE],
-        extra_env={
-            "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{tmp_path / 'cache'}",
-            "APPROVAL_E2E_MARKER": str(tmp_path / "marker.txt"),
-            "AIRFLOW__CORE__PARALLELISM": "1",
-            # On a loaded machine one execution-API call can take over 30 s (the default timeout).
-            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
-            **user_env(tmp_path / "auth", USERS),
-        },
-    )
-    cluster.login_as("admin", USERS["admin"][1])
-    cluster.request_timeout = 60
-    with cluster.running(ready_timeout=READY_TIMEOUT, migrate_timeout=READY_TIMEOUT):
+    extra_env = {
+        "APPROVAL_E2E_MARKER": str(tmp_path / "marker.txt"),
+        "AIRFLOW__CORE__PARALLELISM": "1",
+        # On a loaded machine one execution-API call can take over 30 s (the default timeout).
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
+        **user_env(tmp_path / "auth", USERS),
+    }
+    with durable_cluster(
+        tmp_path, DAG_FILE, extra_env, login=("admin", USERS["admin"][1]), ready_timeout=READY_TIMEOUT
+    ) as cluster:
         yield cluster
 
 

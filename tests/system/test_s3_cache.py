@@ -66,8 +66,8 @@ def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, mo
     # The failed try packed its two steps (one model answer, one tool call) into one object.
     [pack] = steps
     assert pack.startswith(prefix) and pack.endswith("-m1-t1-n2.pack"), steps
-    # Beside the steps: try 1's record (its summary line, for the UI view); it goes with the cache.
-    assert sorted(set(keys_between_tries) - set(steps)) == [f"{prefix}.attempt-00001"]
+    # Beside the steps: try 1's record (its summary line and how it ended, for the UI view); it goes with the cache.
+    assert sorted(set(keys_between_tries) - set(steps)) == [f"{prefix}.attempt-00001", f"{prefix}.attempt-00001.end"]
     assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in out
     assert f"Durable: the cache of this task instance is s3://s3_test@{s3_bucket.name}/{prefix}" in out
     assert calls == {"fetch": 1, "notify": 2}
@@ -112,7 +112,8 @@ def test_retry_on_another_worker_replays_from_the_shared_bucket(s3_bucket, tmp_p
     after_first = [key for key in s3_bucket.list_keys() if not key.startswith(f"{prefix}.attempt-")]
     # The failed try packed its two steps into one object.
     assert len(after_first) == 1 and after_first[0].startswith(prefix) and after_first[0].endswith("-n2.pack")
-    assert s3_bucket.list_keys() == sorted([*after_first, f"{prefix}.attempt-00001"]), "and worker-a's record"
+    records = [f"{prefix}.attempt-00001", f"{prefix}.attempt-00001.end"]
+    assert s3_bucket.list_keys() == sorted([*after_first, *records]), "and worker-a's record"
     stored = list(json.loads(s3_bucket.read(after_first[0]))["entries"].values())
     assert sorted(entry["kind"] for entry in stored) == ["model", "tool"]
     assert all(entry["attempt"] == 1 for entry in stored)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers.standalone import AirflowCluster
+from tests.helpers.standalone import AirflowCluster, durable_cluster
 from tests.system.test_real_scheduler import log_events
 
 pytestmark = [
@@ -41,15 +41,7 @@ RUN_TIMEOUT = 150
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[AirflowCluster]:
-    cluster = AirflowCluster.create(
-        tmp_path,
-        dag_files=[DAG_FILE],
-        extra_env={
-            "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{tmp_path / 'cache'}",
-            "SUCCESS_WINDOW_MARKER": str(tmp_path / "calls.txt"),
-        },
-    )
-    with cluster.running():
+    with durable_cluster(tmp_path, DAG_FILE, {"SUCCESS_WINDOW_MARKER": str(tmp_path / "calls.txt")}) as cluster:
         yield cluster
 
 

@@ -229,3 +229,23 @@ def test_an_agent_with_output_validators_gets_advice_or_works_with_its_own_defer
         ready, "mail", durable, output_type=[str, DeferredToolRequests], capabilities=[DurableCapability(durable)]
     )
     assert isinstance(waiting, WaitingForDecisions) and sent == []
+
+
+def test_the_request_text_stays_true_after_the_answer_and_the_run() -> None:
+    # Airflow keeps showing the request's text on the Required Actions page once answered and done.
+    for count in (1, 2):
+        calls = [PendingCall(f"ref{n}", "send_email", f"c{n}", {}) for n in range(count)]
+        request = build_request(
+            calls,
+            task_label="dag.mail",
+            prompt="Mail bob",
+            redact=lambda value: value,
+            reject_on_timeout=False,
+            param=lambda default, **schema: {"value": default, **schema},
+        )
+        first_line = request.body.splitlines()[0]
+        assert "yet" not in first_line and "wants" not in first_line
+        verb = "does" if count == 1 else "do"
+        assert first_line.endswith(
+            f"asked to run {count} tool call{'s' * (count > 1)}, which {verb} not run before a person decides."
+        )

@@ -41,6 +41,7 @@ def _args(**overrides: object) -> argparse.Namespace:
         "map_index": -1,
         "step": None,
         "full": False,
+        "raw": False,
         "output": "json",
     }
     values.update(overrides)

@@ -172,10 +172,11 @@ def test_the_page_escapes_every_value() -> None:
 def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_path: Path) -> None:
     from airflow.sdk.log import mask_secret
 
+    from airflow_pydantic_ai.cache_access import CacheAccess
     from airflow_pydantic_ai.durable.storage.entry import StepEntry
-    from airflow_pydantic_ai.ui.app import render_step
 
     store = _store(tmp_path)
+    access = CacheAccess(identity=task_identity("d", "t", run_id="r"), store=store, reader=CacheReader(store))
     mask_secret("registered-secret-value-123")
     payload = {
         "outcome": "return",
@@ -183,14 +184,14 @@ def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_pat
     }
     store.put(StepEntry(kind="tool", key="k1", step=1, attempt=1, label="lookup", payload=payload, call_id="c1"))
 
-    info, text = render_step(CacheReader(store), 1)
+    info, text = access.render_step(1)
 
     assert info.name == "lookup"
     assert "sk-live-abc" not in text and "registered-secret-value-123" not in text
     assert "***" in text
     assert len(text) < 4096 + 100 and text.endswith("more characters not shown)")
     with pytest.raises(KeyError):
-        render_step(CacheReader(store), 2)
+        access.render_step(2)
 
 
 def test_a_run_id_from_the_uis_link_keeps_its_plus_sign() -> None:
@@ -211,3 +212,36 @@ def test_a_run_id_from_the_uis_link_keeps_its_plus_sign() -> None:
     [received] = parse_qs(f"run_id={raw}")["run_id"]
 
     assert run_id_from_view_link(received) == run_id
+
+
+def test_a_try_that_waits_for_a_person_is_told_apart_from_a_failure_by_type(tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from airflow_pydantic_ai import _compat
+    from airflow_pydantic_ai.durable import TryEnding, record_ending
+    from airflow_pydantic_ai.durable.storage.attempts import record_attempt
+
+    deferred = TaskDeferred(trigger=object(), method_name="resume_after_approval")  # type: ignore[arg-type]
+    assert _compat.waits_for_a_person(deferred) == "deferred"
+    assert _compat.waits_for_a_person(RuntimeError("TaskDeferred")) == ""
+    if _compat.airflow_version_at_least(3, 3):
+        from airflow.sdk.exceptions import TaskAwaitingInput
+
+        waiting = TaskAwaitingInput(method_name="resume_after_approval", kwargs={}, timeout=None)
+        assert _compat.waits_for_a_person(waiting) == "awaiting_input"
+
+    store = _store(tmp_path)
+    log = RecordingLog()
+    record_attempt(store, AttemptRecord(1, "Durable: replayed ..."), warn=log.warning)
+    record_ending(store, TryEnding(attempt=1, how="waiting", message="awaiting_input"), warn=log.warning)
+    record_attempt(store, AttemptRecord(2, "Durable: replayed ..."), warn=log.warning)
+    failure = TryEnding.failed(2, ValueError("x" * 1000), redact=lambda value: value)
+    record_ending(store, failure, warn=log.warning)
+
+    latest = latest_attempt(store)
+    assert latest is not None and latest.ending == failure
+    assert failure.describe().startswith("Failed: ValueError: xxx") and len(failure.message) == 300
+    assert TryEnding(1, "waiting", message="awaiting_input").describe() == (
+        "Waiting for a person's approval (awaiting_input)"
+    )
+    assert CacheReader(store).steps() == []  # the notes are no steps

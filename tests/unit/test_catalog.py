@@ -8,7 +8,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from airflow_pydantic_ai.durable import StepStore, TaskIdentity
+from airflow_pydantic_ai.durable import CacheReader, StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.storage.catalog import list_caches
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.identity import is_shortened
@@ -120,3 +120,27 @@ def test_catalog_store_deletes_only_its_own_prefix(tmp_path: Path) -> None:
 
     remaining = list_caches(fs, str(base), f"file://{base}")
     assert [(cache.identity, cache.entries) for cache in remaining] == [(ten, 2)]
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    [["model"], ["tool"], ["decision"], ["result"], ["model", "result"], ["model", "decision", "tool", "result"]],
+    ids="+".join,
+)
+def test_catalog_counts_every_entry_kind_as_the_reader_numbers_them(tmp_path: Path, kinds: list[str]) -> None:
+    # A folder holding only the recorded output is what a deletion cut short after success leaves: gc's
+    # very subject. The catalog and the reader follow the entry format's one rule for entry names.
+    base = tmp_path / "cache"
+    identity = TaskIdentity("d", "r", "t", -1)
+    store = StepStore.for_task(fsspec.filesystem("file"), str(base), f"file://{base}", identity)
+    for number, kind in enumerate(kinds, start=1):
+        key = "output" if kind == "result" else f"{number:064x}"
+        store.put(StepEntry(kind=kind, key=key, step=1, attempt=1, label="x", payload={"value": "y" * number}))  # type: ignore[arg-type]
+    store.write_note(".attempt-00001", b"{}")  # a per-try note is no entry
+
+    [cache] = list_caches(fsspec.filesystem("file"), str(base), f"file://{base}")
+
+    steps = CacheReader(store).steps()
+    assert cache.entries == len(steps) == len(kinds)
+    assert cache.size == sum(step.size for step in steps)
+    assert (cache.model_steps, cache.tool_steps) == (kinds.count("model"), kinds.count("tool"))

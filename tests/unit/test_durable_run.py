@@ -1079,5 +1079,5 @@ def test_a_cache_that_is_not_this_runs_is_deleted_with_one_warning(harness):
     run = DurableRun.open(harness.store(log), attempt=1, log=log, belongs=lambda tries: False)
     assert run.entries == {}
     [warning] = log.at("warning")
-    assert "was left by an earlier run with the same ids, since deleted (2 steps by tries 1, written " in warning
+    assert "was left by an earlier run with the same ids, since deleted (2 steps by try 1, written " in warning
     assert not harness.store(log).exists()

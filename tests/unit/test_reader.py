@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -147,3 +148,35 @@ def test_damaged_and_encrypted_entries_are_listed_last_and_deleted(tmp_path: Pat
     assert {step.kind for step in reader.steps()} <= {"model", "tool", "output"}
     assert reader.delete_all() == 4
     assert not root.exists()
+
+
+@dataclasses.dataclass
+class Ticket:
+    id: int
+    tags: tuple[str, ...]
+
+
+def test_a_step_shows_its_recorded_value_plain_and_as_stored_on_request(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from airflow_pydantic_ai.cache_access import CacheAccess
+    from airflow_pydantic_ai.durable.steps.codec import encode_value
+    from airflow_pydantic_ai.durable.storage.entry import StepEntry
+
+    value = {"ticket": Ticket(42, ("auth", "login")), "when": dt.date(2026, 11, 25), "raw": b"\x00", 1: [1.5, None]}
+    identity = TaskIdentity("d", "r", "t", -1)
+    store = local_store(tmp_path, identity)
+    payload = {"outcome": "return", "value": encode_value(value)}
+    store.put(StepEntry(kind="tool", key="k", step=1, attempt=1, label="lookup", payload=payload, call_id="c1"))
+    access = CacheAccess(identity=identity, store=store, reader=CacheReader(store))
+
+    _, plain = access.render_step(1)
+    _, raw = access.render_step(1, raw=True)
+
+    shown = json.loads(plain)["value"]
+    assert shown["ticket"] == {"class": shown["ticket"]["class"], "id": 42, "tags": ["auth", "login"]}
+    assert shown["ticket"]["class"].endswith("Ticket")
+    assert shown["when"] == "2026-11-25" and shown["1"] == [1.5, None]
+    assert shown["raw"]["type"] == "bytes", "no plain form: the stored node"
+    assert '"type": "json"' not in plain and '"type": "json"' in raw
+    assert json.loads(raw)["value"] == payload["value"]

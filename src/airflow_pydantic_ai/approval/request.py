@@ -129,7 +129,9 @@ def build_request(
     subject = f"{task_label}: approve {count} tool {noun}?"
     summary = _cut(" ".join(str(redact(prompt)).split()), _MAX_PROMPT)
     lines = [
-        f"The agent of **{task_label}** wants to run {count} tool {noun}. Nothing has run yet.",
+        # Worded to stay true once answered: Airflow keeps showing this text after the approval and the run.
+        f"The agent of **{task_label}** asked to run {count} tool {noun}, which "
+        f"{'does' if count == 1 else 'do'} not run before a person decides.",
         "",
         f"**Task prompt:** {summary}",
         "",

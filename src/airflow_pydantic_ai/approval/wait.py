@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, NoReturn
 
+from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.approval.request import ApprovalRequest
 
 __all__ = ["RENDERED_FIELD", "RESUME_METHOD", "parks_for_input", "publish_request", "wait_for_answer"]
@@ -77,13 +78,13 @@ def publish_request(context: Any, request: ApprovalRequest, assigned_users: list
 def _show_in_rendered_fields(context: Any, request: ApprovalRequest) -> None:
     """Add the request to the task's rendered fields (Airflow rewrites them on every call).
 
-    Uses the task SDK's own serializer of rendered fields (private in task-sdk 1.3), so that the
-    operator's templated fields stay as Airflow shows them.
+    Uses the task SDK's own serializer of rendered fields (through :mod:`~airflow_pydantic_ai._compat`),
+    so that the operator's templated fields stay as Airflow shows them.
     """
     from airflow.sdk.execution_time.comms import SetRenderedFields
-    from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS, _serialize_rendered_fields
+    from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
 
-    fields = dict(_serialize_rendered_fields(context["task"]))
+    fields = _compat.rendered_fields_of(context["task"])
     fields[RENDERED_FIELD] = f"{request.subject}\n\n{request.body}"
     SUPERVISOR_COMMS.send(SetRenderedFields(rendered_fields=fields))
 

@@ -2,9 +2,10 @@
 
 Every command opens the cache location exactly as a task does
 (:func:`~airflow_pydantic_ai.durability.open_cache_base`: the same URL resolution, connection,
-Fernet cipher and timeout), so a misconfiguration gives the task's error, and reads caches only
-through the durable package's read side (:mod:`~airflow_pydantic_ai.durable.storage.catalog`,
-:class:`~airflow_pydantic_ai.durable.storage.reader.CacheReader`).
+Fernet cipher and timeout), so a misconfiguration gives the task's error; one task instance's cache
+is opened and its steps rendered as the UI view does (:mod:`~airflow_pydantic_ai.cache_access`), and
+what a task instance's state allows is decided as the view decides it
+(:mod:`~airflow_pydantic_ai.task_states`).
 
 Exit codes: 0 on success; 1 with a one-line ``error: ...`` naming what to fix on any user error
 (no traceback). Deleting asks for confirmation unless ``--yes``; with no terminal to ask on, it
@@ -22,8 +23,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_pydantic_ai.cli import task_states
-from airflow_pydantic_ai.durable import CacheReader, CacheSummary, TaskIdentity, list_caches
+from airflow_pydantic_ai import task_states
+from airflow_pydantic_ai.cache_access import STEP_LIMIT, CacheAccess
+from airflow_pydantic_ai.durable import CacheSummary, TaskIdentity, list_caches
+from airflow_pydantic_ai.durable import plural as _plural  # one wording of counts with the task log
 
 __all__ = ["cache_gc", "cache_list", "cache_rm", "cache_show"]
 
@@ -40,6 +43,9 @@ LIST_COLUMNS = (
     "task_state",
     "location",
 )
+"""The fields of ``cache list -o json|yaml``."""
+TABLE_COLUMNS = ("dag_id", "run_id", "task_id", "map_index", "entries", "bytes", "last_written", "task_state")
+"""The columns of ``cache list``'s table: what fits a terminal; the location is in ``-o json`` and ``cache show``."""
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -51,11 +57,12 @@ class _UserError(Exception):
 @contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn configuration, storage and input errors into one line on stderr and exit code 1."""
+    from airflow_pydantic_ai.cache_access import OutsideCacheBase
     from airflow_pydantic_ai.durable import DurableConfigError, describe_error
 
     try:
         yield
-    except (_UserError, DurableConfigError) as error:
+    except (_UserError, DurableConfigError, OutsideCacheBase) as error:
         raise SystemExit(f"error: {_one_line(str(error))}") from None
     except (OSError, TimeoutError) as error:
         raise SystemExit(f"error: the durable cache cannot be reached: {_one_line(describe_error(error))}") from None
@@ -130,13 +137,14 @@ def _describe(identity: TaskIdentity) -> str:
     )
 
 
-def _reader(identity: TaskIdentity) -> CacheReader:
-    """The task instance's cache, as its task would open it; :class:`_UserError` when there is none."""
-    store = _base().store_for(identity, warn=lambda message: None)
-    reader = CacheReader(store)
-    if not reader.exists():
-        raise _UserError(f"no durable cache for {_describe(identity)} (looked at {store.location})")
-    return reader
+def _open(identity: TaskIdentity) -> CacheAccess:
+    """The task instance's cache, opened as the view opens it; :class:`_UserError` when there is none."""
+    from airflow_pydantic_ai.cache_access import open_cache
+
+    access = open_cache(identity.dag_id, identity.run_id, identity.task_id, identity.map_index)
+    if not access.reader.exists():
+        raise _UserError(f"no durable cache for {_describe(identity)} (looked at {access.location})")
+    return access
 
 
 def _confirm(what: str, yes: bool) -> None:
@@ -195,7 +203,18 @@ def cache_list(args: Any) -> None:
             if cache.matches(args.dag_id, args.run_id, args.task_id) and _older_than(cache, cutoff)
         ]
         states = task_states.states_of(caches)
-        _print_rows([_list_row(cache, states[cache.segments]) for cache in caches], args.output)
+        rows = [_list_row(cache, states[cache.segments]) for cache in caches]
+        if args.output not in ("json", "yaml"):
+            rows = [_table_row(row, cache) for row, cache in zip(rows, caches, strict=True)]
+        _print_rows(rows, args.output)
+
+
+def _table_row(row: dict[str, Any], cache: CacheSummary) -> dict[str, Any]:
+    """A row of ``cache list``'s table: :data:`TABLE_COLUMNS`, the time to the second (UTC)."""
+    shown = {column: row[column] for column in TABLE_COLUMNS}
+    if cache.last_written is not None:
+        shown["last_written"] = cache.last_written.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return shown
 
 
 # --- show ----------------------------------------------------------------------------------------
@@ -205,16 +224,19 @@ def cache_list(args: Any) -> None:
 def cache_show(args: Any) -> None:
     """The steps of one task instance's cache, or one step decoded."""
     with _user_errors():
-        reader = _reader(_identity(args))
+        access = _open(_identity(args))
         if args.step is None:
-            _print_rows([step.as_row() for step in reader.steps()], args.output)
+            print(f"Cache at {access.location}", file=sys.stderr)  # stdout stays the table or document
+            _print_rows([step.as_row() for step in access.reader.steps()], args.output)
             return
         try:
-            detail = reader.read(args.step)
+            info, text = access.render_step(
+                args.step, limit=None if args.full else STEP_LIMIT, raw=args.raw, see_all="show it whole with --full"
+            )
         except KeyError as error:
-            raise _UserError(f"{error.args[0]}; it has {len(reader.steps())} steps (see cache show)") from None
-        redact = _redactor()
-        info = detail.info
+            raise _UserError(
+                f"{error.args[0]}; it has {_plural(len(access.reader.steps()), 'step')} (see cache show)"
+            ) from None
         header = (
             f"Step {info.number}: {info.kind} {info.shown_name or '-'} call_id={info.call_id or '-'} "
             f"attempt={info.attempt if info.attempt is not None else '-'} "
@@ -224,16 +246,7 @@ def cache_show(args: Any) -> None:
         if info.problem:
             print(f"This entry cannot be shown: {info.problem}")
             return
-        print(type(detail)(info, redact(detail.content)).render(limit=None if args.full else 4096, redact=redact))
-
-
-def _redactor() -> Callable[[Any], Any]:
-    """Airflow's secrets masker: registered secrets and values under sensitive keys become ``***``."""
-    try:
-        from airflow.sdk._shared.secrets_masker import redact
-    except ImportError:  # pragma: no cover - older task SDKs
-        from airflow.sdk.execution_time.secrets_masker import redact  # type: ignore[no-redef]
-    return redact  # type: ignore[no-any-return]
+        print(text)
 
 
 # --- rm ------------------------------------------------------------------------------------------
@@ -244,19 +257,23 @@ def cache_rm(args: Any) -> None:
     """Delete one task instance's cache, or every step from ``--from-step`` on."""
     with _user_errors():
         identity = _identity(args)
-        reader = _reader(identity)
+        access = _open(identity)
+        reader = access.reader
         state = task_states.state_of(identity)
-        if state in task_states.IN_FLIGHT_STATES and not args.force:
+        if task_states.is_active(state) and not args.force:
             raise _UserError(
-                f"the task instance {_describe(identity)} is {state}: a try may be writing into its cache. "
-                "Wait until it finishes, or add --force"
+                f"the task instance {_describe(identity)} is {state}: a try runs, is about to start or waits to "
+                "resume from its cache (deleting it would run recorded steps live again). Wait until it has "
+                "finished, or add --force"
             )
-        location = reader.store.location
+        location = access.location
         steps = reader.steps()
         if args.from_step is not None:
             doomed = [step for step in steps if step.number >= args.from_step]
             if not doomed:
-                raise _UserError(f"the cache at {location} has {len(steps)} steps; --from-step must be 1..{len(steps)}")
+                raise _UserError(
+                    f"the cache at {location} has {_plural(len(steps), 'step')}; --from-step must be 1..{len(steps)}"
+                )
             numbers = f"step {args.from_step}" if len(doomed) == 1 else f"steps {args.from_step}..{len(steps)}"
             what = f"{numbers} of the cache ({_size(sum(step.size for step in doomed))})"
         else:
@@ -329,7 +346,3 @@ def cache_gc(args: Any) -> None:
 def _say(message: str, output: str) -> None:
     """A closing line: on stdout after a table, on stderr after JSON or YAML (which must stay parseable)."""
     print(message, file=sys.stdout if output in ("table", "plain") else sys.stderr)
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -49,6 +49,11 @@ ARG_OLDER_THAN = Arg(
 )
 ARG_STEP = Arg(("--step",), type=_positive, metavar="N", help="Print step N decoded (numbered as in the listing)")
 ARG_FULL = Arg(("--full",), action="store_true", help="With --step: print the whole entry, however large")
+ARG_RAW = Arg(
+    ("--raw",),
+    action="store_true",
+    help='With --step: print the recorded value as stored (the cache\'s tagged form, {"type": ..., "value": ...})',
+)
 ARG_FROM_STEP = Arg(
     ("--from-step",),
     type=_positive,
@@ -57,7 +62,9 @@ ARG_FROM_STEP = Arg(
 )
 ARG_DRY_RUN = Arg(("--dry-run",), action="store_true", help="Print what would be deleted; delete nothing")
 ARG_FORCE = Arg(
-    ("--force",), action="store_true", help="Delete even while the task instance is running (a try is writing to it)"
+    ("--force",),
+    action="store_true",
+    help="Delete even while the task instance is active (running, queued, deferred, awaiting input...)",
 )
 
 CACHE_COMMANDS = (
@@ -71,7 +78,7 @@ CACHE_COMMANDS = (
         name="show",
         help="Show the steps of a task instance's durable cache in recorded order, or one step decoded",
         func=lazy_load_command(f"{_COMMANDS}.cache_show"),
-        args=(ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_MAP_INDEX, ARG_STEP, ARG_FULL, ARG_OUTPUT),
+        args=(ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_MAP_INDEX, ARG_STEP, ARG_FULL, ARG_RAW, ARG_OUTPUT),
     ),
     ActionCommand(
         name="rm",

@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
     from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
     from airflow_pydantic_ai.durable.steps.run import DurableRun
-    from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary
+    from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary, plural
     from airflow_pydantic_ai.durable.steps.writer import secret_check
-    from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, latest_attempt
+    from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, TryEnding, latest_attempt, record_ending
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
     from airflow_pydantic_ai.durable.storage.identity import (
         TaskIdentity,
@@ -62,6 +62,7 @@ __all__ = [
     "StepStore",
     "TaskIdentity",
     "TaskLogger",
+    "TryEnding",
     "WaitingForDecisions",
     "attempt_scope",
     "describe_error",
@@ -72,6 +73,8 @@ __all__ = [
     "list_caches",
     "live_tool",
     "make_private_folders",
+    "plural",
+    "record_ending",
     "run_agent",
     "secret_check",
 ]
@@ -97,6 +100,7 @@ _HOMES = {
     "TOOL_CONFIG_KEY": "interception.toolset",
     "TaskIdentity": "storage.identity",
     "TaskLogger": "steps.stats",
+    "TryEnding": "storage.attempts",
     "WaitingForDecisions": "interception.approvals",
     "attempt_scope": "steps.nesting",
     "describe_error": "errors",
@@ -106,6 +110,8 @@ _HOMES = {
     "latest_attempt": "storage.attempts",
     "list_caches": "storage.catalog",
     "live_tool": "interception.toolset",
+    "plural": "steps.stats",
+    "record_ending": "storage.attempts",
     "make_private_folders": "storage.identity",
     "run_agent": "interception.attempt",
     "secret_check": "steps.writer",

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
+from airflow_pydantic_ai import _compat
+
 if TYPE_CHECKING:
     from airflow.sdk import Connection
     from pydantic_ai.models import Model
@@ -309,9 +311,7 @@ def _build_model(model_id: str, settings: _ConnectionSettings) -> Model:
             ) from error
 
     if settings.model_settings:
-        # infer_model() takes no settings; a model's settings are only set by its constructor, so
-        # set the attribute that constructor sets. A test pins that `model.settings` reflects it.
-        model._settings = merge_model_settings(model.settings, settings.model_settings)  # type: ignore[arg-type]
+        _compat.set_model_settings(model, merge_model_settings(model.settings, settings.model_settings))  # type: ignore[arg-type]
     return model
 
 

@@ -164,7 +164,7 @@ class AgentOperator(BaseOperator):
             _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
             return _to_xcom(self._run_plain(agent, prompt, model).output)
-        from airflow_pydantic_ai.durability import start_durable_run
+        from airflow_pydantic_ai.durability import hint_at_retries, note_how_the_try_ends, start_durable_run
         from airflow_pydantic_ai.durable import empty_summary, run_agent
 
         try:
@@ -178,14 +178,16 @@ class AgentOperator(BaseOperator):
             self.log.info(empty_summary())
             raise
         # The summary ends every attempt, also one that stops to wait for approval (which is not a failed try).
-        with run.ending(waits=_waits_for_a_person):
+        with note_how_the_try_ends(run, log=self.log), run.ending(waits=_waits_for_a_person):
             recorded = run.recorded_output()
             if recorded is not None:
                 # The previous try finished and was killed before Airflow recorded its success.
                 return self._complete(context, run, recorded.value)
             prompt, agent, model = self._prepare(context)
             _refuse_external_tools(agent)
-            if resume is not None:
+            if resume is None:
+                hint_at_retries(context, log=self.log, asks_for_approval=bool(_tools_needing_approval(agent)))
+            else:
                 from airflow_pydantic_ai.approval import record_answer
 
                 record_answer(run, resume, settings=self.approval, log=self.log)
@@ -244,26 +246,18 @@ class AgentOperator(BaseOperator):
         return self.prompt
 
     def _run_plain(self, agent: Agent[Any, Any], prompt: str, model: Any) -> Any:
-        """The run's result, without durability."""
-        from pydantic_ai.exceptions import UserError
+        """The run's result, without durability (a tool that asks for approval fails the task: see
+        :mod:`~airflow_pydantic_ai.operators.plain_run`)."""
+        from airflow_pydantic_ai.operators.plain_run import NoWaiting
 
-        try:
-            return agent.run_sync(
-                prompt,
-                model=model,
-                usage_limits=self.usage_limits,
-                deps=self.deps,
-                event_stream_handler=self.event_stream_handler,
-            )
-        except UserError as error:
-            if "DeferredToolRequests" not in str(error):
-                raise
-            # A tool raised ApprovalRequired (or CallDeferred): only a durable run can wait for the answer.
-            raise ValueError(
-                "a tool call asked for approval (ApprovalRequired); the run has to survive the wait for a "
-                "person's answer, which only the durable cache provides. Set durable=True on the "
-                "AgentOperator / @task.pydantic_ai."
-            ) from error
+        return agent.run_sync(
+            prompt,
+            model=model,
+            usage_limits=self.usage_limits,
+            deps=self.deps,
+            event_stream_handler=self.event_stream_handler,
+            capabilities=[NoWaiting()],
+        )
 
 
 def _refuse_external_tools(agent: Agent[Any, Any]) -> None:
@@ -283,24 +277,32 @@ def _refuse_external_tools(agent: Agent[Any, Any]) -> None:
         toolset.apply(visit)
 
 
-def _refuse_approvals_without_durable(agent: Agent[Any, Any]) -> None:
-    """Tools that need approval wait for a person, and only the durable cache keeps the run through the wait."""
+def _tools_needing_approval(agent: Agent[Any, Any]) -> list[str]:
+    """The names of the agent's tools declared with ``requires_approval=True``."""
+    needing: list[str] = []
     for toolset in agent.toolsets:
         tools = getattr(toolset, "tools", None)
-        if not isinstance(tools, dict):
-            continue
-        needing = sorted(name for name, tool in tools.items() if getattr(tool, "requires_approval", False))
-        if needing:
-            raise ValueError(
-                f"the tool(s) {', '.join(needing)} need approval (requires_approval=True); the run has to survive "
-                "the wait for a person's answer, which only the durable cache provides. Set durable=True on the "
-                "AgentOperator / @task.pydantic_ai."
-            )
+        if isinstance(tools, dict):
+            needing += [name for name, tool in tools.items() if getattr(tool, "requires_approval", False)]
+    return sorted(needing)
+
+
+def _refuse_approvals_without_durable(agent: Agent[Any, Any]) -> None:
+    """Tools that need approval wait for a person, and only the durable cache keeps the run through the wait."""
+    needing = _tools_needing_approval(agent)
+    if needing:
+        raise ValueError(
+            f"the tool(s) {', '.join(needing)} need approval (requires_approval=True); the run has to survive "
+            "the wait for a person's answer, which only the durable cache provides. Set durable=True on the "
+            "AgentOperator / @task.pydantic_ai."
+        )
 
 
 def _waits_for_a_person(error: BaseException) -> bool:
     """The try parks (``awaiting_input``) or defers until a person answers: it has not failed."""
-    return type(error).__name__ in ("TaskAwaitingInput", "TaskDeferred")
+    from airflow_pydantic_ai import _compat
+
+    return bool(_compat.waits_for_a_person(error))
 
 
 def _to_xcom(output: Any) -> Any:

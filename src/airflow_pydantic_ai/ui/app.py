@@ -2,22 +2,22 @@
 
 Routes (under ``/pydantic-ai/cache``; the task instance's ids always in the query string):
 
-- ``GET /`` the view (``&step=N`` also shows step N decoded, truncated, secrets masked);
+- ``GET /`` the view (``&step=N`` also shows step N decoded, truncated, secrets masked; ``&raw=1`` in its stored form);
 - ``GET /confirm?action=delete|fork[&step=N]`` a confirmation page holding a signed form token;
 - ``POST /delete`` deletes the whole cache (``cache rm``), ``POST /fork?step=N`` deletes step N and
   every later step (``cache rm --from-step N``); both answer 303 to the view.
 
 Who may do what is Airflow's auth manager's decision, asked with Airflow's own ``get_user``: reading
 needs GET on the DAG's task instances, deleting needs PUT (the permission that clears a task
-instance). Deleting is refused (409) while the task instance is running or about to. Cookie-
-authenticated POSTs must pass :mod:`~airflow_pydantic_ai.ui.guard`. Heavy Airflow imports happen
-inside the handlers: workers import the plugin too.
+instance). Deleting is refused (409) while the task instance is active
+(:data:`~airflow_pydantic_ai.task_states.ACTIVE_STATES`: running, about to, or waiting to resume, as
+``cache rm`` refuses). Cookie-authenticated POSTs must pass :mod:`~airflow_pydantic_ai.ui.guard`.
+Heavy Airflow imports happen inside the handlers: workers import the plugin too. The cache is opened
+and a step rendered by :mod:`~airflow_pydantic_ai.cache_access`, as the commands do.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from importlib import resources
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -26,7 +26,9 @@ from fastapi import Depends, FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import CacheReader, StepDetail, StepInfo
+from airflow_pydantic_ai.cache_access import CacheAccess
+from airflow_pydantic_ai.durable import plural
+from airflow_pydantic_ai.task_states import TaskRow, is_active
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import (
     Confirmation,
@@ -37,15 +39,11 @@ from airflow_pydantic_ai.ui.pages import (
     view_page,
 )
 
-__all__ = ["ACTIVE_STATES", "MOUNT_PATH", "create_app", "render_step"]
+__all__ = ["MOUNT_PATH", "create_app"]
 
 MOUNT_PATH = "/pydantic-ai/cache"
 """Where the app is mounted on the api-server (after ``[api] base_url``'s path)."""
 
-ACTIVE_STATES = frozenset({"running", "queued", "scheduled", "restarting", "deferred", "up_for_reschedule"})
-"""Task instance states in which a try runs or is about to start: deleting is refused."""
-
-_CONTENT_LIMIT = 4096
 _SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
@@ -117,28 +115,23 @@ def _authorize(user: Any, dag_id: str, method: str) -> None:
         raise HTTPException(403, f"You may not {verb} the task instances of DAG {dag_id!r}")
 
 
-def _task_row(task: TaskRef) -> tuple[str | None, int, str]:
-    """(state, try number, operator) of the task instance from the metadata DB; 404 when there is none."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
+def _identity(task: TaskRef) -> Any:
+    from airflow_pydantic_ai.durable import TaskIdentity
 
-    with create_session() as session:
-        row = session.execute(
-            select(TaskInstance.state, TaskInstance.try_number, TaskInstance.operator).where(
-                TaskInstance.dag_id == task.dag_id,
-                TaskInstance.run_id == task.run_id,
-                TaskInstance.task_id == task.task_id,
-                TaskInstance.map_index == task.map_index,
-            )
-        ).first()
+    return TaskIdentity(dag_id=task.dag_id, run_id=task.run_id, task_id=task.task_id, map_index=task.map_index)
+
+
+def _task_row(task: TaskRef) -> TaskRow:
+    """The task instance's row from the metadata DB; 404 when there is none."""
+    from airflow_pydantic_ai.task_states import task_row
+
+    row = task_row(_identity(task))
     if row is None:
         raise _Refusal(404, "No such task instance", "There is no task instance with these ids.", None)
-    state = row[0]
-    return (str(getattr(state, "value", state)) if state is not None else None), int(row[1] or 0), str(row[2] or "")
+    return row
 
 
-def _open(task: TaskRef) -> Any:
+def _open(task: TaskRef) -> CacheAccess:
     from airflow_pydantic_ai.cache_access import OutsideCacheBase, open_cache
     from airflow_pydantic_ai.durable import DurableConfigError
 
@@ -146,37 +139,6 @@ def _open(task: TaskRef) -> Any:
         return open_cache(task.dag_id, task.run_id, task.task_id, task.map_index)
     except (DurableConfigError, OutsideCacheBase) as error:
         raise _Refusal(503, "The durable cache cannot be opened", str(error), task) from None
-
-
-def _redactor() -> Callable[[Any], Any]:
-    """Airflow's secrets masking: values under sensitive keys, and values registered as secrets with
-    either of Airflow's maskers (the core one of the api-server, the task SDK's)."""
-    maskers: list[Callable[[Any], Any]] = []
-    for module in ("airflow._shared.secrets_masker", "airflow.sdk._shared.secrets_masker"):
-        try:
-            maskers.append(importlib.import_module(module).redact)
-        except ImportError:  # pragma: no cover - other Airflow layouts
-            continue
-
-    def redact(value: Any) -> Any:
-        for mask in maskers:
-            value = mask(value)
-        return value
-
-    return redact
-
-
-def render_step(reader: CacheReader, number: int) -> tuple[StepInfo, str]:
-    """Step ``number`` as the view shows it: secrets masked (sensitive keys and registered values), truncated.
-
-    Raises ``KeyError`` when there is no such step.
-    """
-    detail = reader.read(number)
-    redact = _redactor()
-    text = StepDetail(detail.info, redact(detail.content)).render(limit=None, redact=redact)
-    if len(text) > _CONTENT_LIMIT:
-        text = f"{text[:_CONTENT_LIMIT]}\n... ({len(text) - _CONTENT_LIMIT} more characters not shown)"
-    return detail.info, text
 
 
 def _tokens() -> FormTokens:
@@ -254,30 +216,32 @@ def create_app() -> FastAPI:
         task_id: str = Query(min_length=1),
         map_index: str = "-1",
         step: int | None = None,
+        raw: bool = False,
         done: str = "",
     ) -> Response:
         _authorize(user, dag_id, "GET")
         task = task_ref(dag_id, run_id, task_id, map_index)
-        state, try_number, operator = _task_row(task)
+        row = _task_row(task)
         access = _open(task)
         from airflow_pydantic_ai.durable import latest_attempt
 
         steps = access.reader.steps()
         data = ViewData(
             task=task,
-            state=state,
-            try_number=try_number,
-            operator=operator,
+            state=row.state,
+            try_number=row.try_number,
+            operator=row.operator,
             location=access.location,
             exists=bool(steps),
             steps=steps,
             latest=latest_attempt(access.store),
-            running=state in ACTIVE_STATES,
+            running=is_active(row.state),
             notice=_notice(done),
         )
         if step is not None and steps:
             try:
-                data.shown_step, data.shown_content = render_step(access.reader, step)
+                data.shown_step, data.shown_content = access.render_step(step, raw=raw)
+                data.shown_raw = raw
             except KeyError:
                 raise _Refusal(404, "No such step", f"There is no step {step} in this cache.", task) from None
         return _html(view_page(data, f"{task.root}/static"))
@@ -295,13 +259,13 @@ def create_app() -> FastAPI:
     ) -> Response:
         _authorize(user, dag_id, "PUT")
         task = task_ref(dag_id, run_id, task_id, map_index)
-        state, _, _ = _task_row(task)
-        _refuse_active(task, state)
+        _refuse_active(task, _task_row(task).state)
         steps = _open(task).reader.steps()
         if action == "delete":
             title = "Delete the durable cache?"
             explanation = (
-                f"All {len(steps)} recorded steps of this task instance are deleted. Its next try runs every step live."
+                f"All {plural(len(steps), 'recorded step')} of this task instance are deleted. "
+                "Its next try runs every step live."
             )
             url, button, step_text = task.url("delete"), "Delete cache", ""
         else:
@@ -310,7 +274,7 @@ def create_app() -> FastAPI:
             title = f"Run live from step {step}?"
             kept = "nothing" if step == 1 else "step 1" if step == 2 else f"steps 1 to {step - 1}"
             explanation = (
-                f"Steps {step} to {len(steps)} ({len(steps) - step + 1} steps) are deleted. The next try "
+                f"Steps {step} to {len(steps)} ({plural(len(steps) - step + 1, 'step')}) are deleted. The next try "
                 f"replays {kept} and runs live from step {step}."
             )
             url, button, step_text = task.url("fork", step=step), "Run live from this step", str(step)
@@ -333,8 +297,7 @@ def create_app() -> FastAPI:
         _authorize(user, dag_id, "PUT")
         task = task_ref(dag_id, run_id, task_id, map_index)
         _check_post(request, user, form_token, "delete", (*_target(task), ""))
-        state, _, _ = _task_row(task)
-        _refuse_active(task, state)
+        _refuse_active(task, _task_row(task).state)
         count = _open(task).reader.delete_all()
         return RedirectResponse(task.url(done=f"deleted:{count}"), status_code=303)
 
@@ -352,8 +315,7 @@ def create_app() -> FastAPI:
         _authorize(user, dag_id, "PUT")
         task = task_ref(dag_id, run_id, task_id, map_index)
         _check_post(request, user, form_token, "fork", (*_target(task), str(step)))
-        state, _, _ = _task_row(task)
-        _refuse_active(task, state)
+        _refuse_active(task, _task_row(task).state)
         deleted = _open(task).reader.delete_from(step)
         return RedirectResponse(task.url(done=f"forked:{step}:{len(deleted)}"), status_code=303)
 
@@ -366,10 +328,13 @@ def _notice(done: str) -> str:
     if not all(number.isdigit() for number in numbers):
         return ""
     if kind == "deleted" and len(numbers) == 1:
-        return f"Deleted the cache ({numbers[0]} steps). The next try runs every step live."
+        return f"Deleted the cache ({plural(int(numbers[0]), 'step')}). The next try runs every step live."
     if kind == "forked" and len(numbers) == 2:
         step, count = numbers
-        return f"Deleted step {step} and every later step ({count} steps). The next try runs live from step {step}."
+        return (
+            f"Deleted step {step} and every later step ({plural(int(count), 'step')}). "
+            f"The next try runs live from step {step}."
+        )
     return ""
 
 
@@ -378,7 +343,7 @@ def _target(task: TaskRef) -> tuple[str, ...]:
 
 
 def _refuse_active(task: TaskRef, state: str | None) -> None:
-    if state in ACTIVE_STATES:
+    if is_active(state):
         raise _Refusal(
             409,
             "Refused while the task instance is active",

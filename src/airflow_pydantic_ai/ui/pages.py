@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from airflow_pydantic_ai.durable import AttemptRecord, StepInfo
 
-__all__ = ["Confirmation", "TaskRef", "ViewData", "confirmation_page", "message_page", "view_page"]
+__all__ = ["Confirmation", "TaskRef", "ViewData", "confirmation_page", "message_page", "state_label", "view_page"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,10 @@ class ViewData:
     latest: AttemptRecord | None = None
     shown_step: StepInfo | None = None
     shown_content: str = ""
+    shown_raw: bool = False
+    """The shown step is in its stored form (the codec's tagged values), not as plain values."""
     running: bool = False
+    """The task instance is active (:data:`~airflow_pydantic_ai.task_states.ACTIVE_STATES`): no deleting."""
     notice: str = ""
 
 
@@ -100,6 +103,13 @@ def _size(size: int) -> str:
     return f"{size / 1024 / 1024:.1f} MiB"
 
 
+def state_label(state: str | None) -> str:
+    """A task instance state in Airflow's wording: ``up_for_retry`` is "Up For Retry", no state is "No Status"."""
+    if not state or state == "none":
+        return "No Status"
+    return " ".join(word.capitalize() for word in state.split("_"))
+
+
 def _header(task: TaskRef, subtitle: str = "") -> str:
     extra = f'<p class="muted">{escape(subtitle)}</p>' if subtitle else ""
     return f'<header><h1>Durable cache</h1><p class="ids">{escape(task.label())}</p>{extra}</header>'
@@ -116,29 +126,34 @@ def view_page(data: ViewData, static: str) -> str:
         '<dl class="facts">'
         f"<dt>Cache location</dt><dd><code>{escape(data.location)}</code></dd>"
         f"<dt>Exists</dt><dd>{'yes' if data.exists else 'no'}</dd>"
-        f'<dt>Task instance</dt><dd><span class="state state-{escape(state)}">{escape(state)}</span>'
+        f'<dt>Task instance</dt><dd><span class="state state-{escape(state)}">{escape(state_label(state))}</span>'
         f" try {data.try_number} &middot; {escape(data.operator)}</dd>"
         "</dl>"
     )
     if data.latest is not None:
         warnings = "".join(f'<p class="warning">{escape(line)}</p>' for line in data.latest.changed)
         ended = _time(dt.datetime.fromtimestamp(data.latest.ended_at, tz=dt.UTC)) if data.latest.ended_at else ""
+        how = ""
+        if data.latest.ending is not None:
+            how = (
+                f'<p class="ended {escape(data.latest.ending.how)}">'
+                f"<strong>How it ended:</strong> {escape(data.latest.ending.describe())}</p>"
+            )
         parts.append(
             f'<section class="latest"><h2>Latest try ({data.latest.attempt}, ended {escape(ended)})</h2>'
-            f'<p class="summary"><code>{escape(data.latest.summary)}</code></p>{warnings}</section>'
+            f'{how}<p class="summary"><code>{escape(data.latest.summary)}</code></p>{warnings}</section>'
         )
     if data.running:
-        parts.append('<p class="notice">This task instance is running: deleting is refused until it has finished.</p>')
+        parts.append(
+            f'<p class="notice">This task instance is {escape(state_label(state).lower())}: a try runs, is about to '
+            "start or waits to resume from this cache, so deleting is refused until it has finished.</p>"
+        )
     if not data.exists:
         parts.append('<p class="empty">Nothing recorded for this task instance.</p>')
         return _page("Durable cache", "".join(parts), _static(task))
     parts.append(_steps_table(data))
     if data.shown_step is not None:
-        step = data.shown_step
-        parts.append(
-            f'<section class="detail" id="step-{step.number}"><h2>Step {step.number}: {escape(step.kind)} '
-            f"{escape(step.shown_name)}</h2><pre>{escape(data.shown_content)}</pre></section>"
-        )
+        parts.append(_step_detail(data, data.shown_step))
     if not data.running:
         parts.append(
             f'<p class="actions"><a class="button danger" href="{escape(task.url("confirm", action="delete"))}">'
@@ -147,17 +162,31 @@ def view_page(data: ViewData, static: str) -> str:
     return _page("Durable cache", "".join(parts), _static(task))
 
 
+def _step_detail(data: ViewData, step: StepInfo) -> str:
+    """The shown step: its content (plain values, or the stored form on request) and the one action on it."""
+    task = data.task
+    if data.shown_raw:
+        form = f'<a href="{escape(task.url(step=step.number))}#step-{step.number}">Show the values</a>'
+    else:
+        form = f'<a href="{escape(task.url(step=step.number, raw=1))}#step-{step.number}">Show the stored form</a>'
+    fork = (
+        ""
+        if data.running
+        else f' <a class="button small" href="{escape(task.url("confirm", action="fork", step=step.number))}">'
+        "Run live from this step</a>"
+    )
+    return (
+        f'<section class="detail" id="step-{step.number}"><h2>Step {step.number}: {escape(step.kind)} '
+        f'{escape(step.shown_name)}</h2><p class="row-actions">{form}{fork}</p><pre>{escape(data.shown_content)}</pre>'
+        "</section>"
+    )
+
+
 def _steps_table(data: ViewData) -> str:
     task = data.task
     rows = []
     for step in data.steps:
         show = f'<a href="{escape(task.url(step=step.number))}#step-{step.number}">Show</a>'
-        fork = (
-            ""
-            if data.running
-            else f' <a class="button small" href="{escape(task.url("confirm", action="fork", step=step.number))}">'
-            "Run live from this step</a>"
-        )
         problem = f' title="{escape(step.problem)}"' if step.problem else ""
         selected = ' class="selected"' if data.shown_step is not None and data.shown_step.number == step.number else ""
         rows.append(
@@ -165,7 +194,7 @@ def _steps_table(data: ViewData) -> str:
             f"{escape(step.kind)}</span></td><td>{escape(step.shown_name)}</td><td><code>{escape(step.call_id or '')}"
             f"</code></td><td class='num'>{step.attempt if step.attempt is not None else ''}</td>"
             f"<td>{escape(_time(step.recorded_at))}</td><td class='num'>{escape(_size(step.size))}</td>"
-            f"<td class='row-actions'>{show}{fork}</td></tr>"
+            f"<td class='row-actions'>{show}</td></tr>"
         )
     return (
         f'<section><h2>Steps ({len(data.steps)})</h2><table class="steps"><thead><tr><th>#</th><th>Kind</th>'

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from airflow_pydantic_ai.durable.errors import describe_error
-from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+from airflow_pydantic_ai.durable.steps.stats import TaskLogger, plural
 from airflow_pydantic_ai.durable.steps.writer import TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.store import StepStore
@@ -54,10 +54,11 @@ def discard_earlier_run(store: StepStore, entries: Mapping[str, StepEntry], atte
     else:
         written = "written by release 0.1.0, time unknown"
     log.warning(
-        "Durable: the cache at %s was left by an earlier run with the same ids, since deleted (%d steps "
-        "by tries %s, %s); this is try %d of a new run, so it is not replayed, and it is deleted",
+        "Durable: the cache at %s was left by an earlier run with the same ids, since deleted (%s "
+        "by %s %s, %s); this is try %d of a new run, so it is not replayed, and it is deleted",
         store.location,
-        len(entries),
+        plural(len(entries), "step"),
+        "try" if len(tries) == 1 else "tries",
         ", ".join(map(str, tries)),
         written,
         attempt,

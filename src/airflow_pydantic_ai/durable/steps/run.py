@@ -42,7 +42,7 @@ from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
-from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger, plural
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.steps.usage import ReplayLedger, replay_aware
 from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
@@ -122,8 +122,8 @@ class DurableRun:
         run.divergence = Divergence.of(loaded.entries)
         run.stats.bytes_read, run.stats.entries_skipped = loaded.bytes_read, len(loaded.skipped)
         log.info(
-            "Durable: found %d steps recorded by earlier attempts (%d bytes read)",
-            sum(entry.kind != "result" for entry in loaded.entries.values()),
+            "Durable: found %s recorded by earlier attempts (%d bytes read)",
+            plural(sum(entry.kind != "result" for entry in loaded.entries.values()), "step"),
             loaded.bytes_read,
         )
         return run

@@ -1,7 +1,8 @@
 """What one attempt replayed and executed, what the replay saved, and the summary line it logs.
 
 Steps update an :class:`AttemptStats` as they end; nothing else counts. The summary line's wording is
-fixed (:data:`SUMMARY_TEMPLATE`): dashboards and alerts grep for it.
+fixed (:data:`SUMMARY_TEMPLATE`): dashboards and alerts grep for it, so it keeps "1 cached steps". Every
+other count a person reads is put in words by :func:`plural` ("1 model request", "2 tool calls").
 """
 
 from __future__ import annotations
@@ -9,13 +10,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["SUMMARY_TEMPLATE", "AttemptStats", "StepCounts", "TaskLogger", "empty_summary", "format_summary"]
+__all__ = [
+    "SUMMARY_TEMPLATE",
+    "AttemptStats",
+    "StepCounts",
+    "TaskLogger",
+    "empty_summary",
+    "format_summary",
+    "plural",
+]
 
 SUMMARY_TEMPLATE = (
     "Durable: replayed {replayed} cached steps ({replayed_model} model, {replayed_tool} tool), "
     "executed {executed} new steps ({executed_model} model, {executed_tool} tool)"
 )
 """The summary every attempt logs at INFO. Dashboards grep for it: never change its wording."""
+
+
+def plural(count: int, noun: str, nouns: str = "") -> str:
+    """``1 step``, ``2 steps`` (``nouns``: the plural when it is not ``noun`` + "s")."""
+    return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"
 
 
 class TaskLogger(Protocol):
@@ -92,11 +106,14 @@ class AttemptStats:
         log.info(self.summary())
         if self.replayed.total:
             log.info(
-                "Durable: the replay saved %d model requests (%d input tokens, %d output tokens) and %d tool calls",
-                self.replayed.model,
-                self.saved_input_tokens,
-                self.saved_output_tokens,
-                self.replayed.tool,
+                "Durable: the replay saved %s (%s, %s) and %s",
+                plural(self.replayed.model, "model request"),
+                plural(self.saved_input_tokens, "input token"),
+                plural(self.saved_output_tokens, "output token"),
+                plural(self.replayed.tool, "tool call"),
             )
         if not_persisted:
-            log.warning("Durable: %d steps of this attempt were not persisted and %s", not_persisted, what_next)
+            verb = "was" if not_persisted == 1 else "were"
+            log.warning(
+                "Durable: %s of this attempt %s not persisted and %s", plural(not_persisted, "step"), verb, what_next
+            )

@@ -2,9 +2,11 @@
 
 What ``airflow pydantic-ai cache list`` and ``cache gc`` start from. A cache is a folder exactly four
 segments below the base (``{dag_id}/{run_id}/{task_id}/{map_index}/``, as
-:meth:`~airflow_pydantic_ai.durable.storage.store.TaskIdentity.segments` names it) holding at least one
-entry (``model-*.json`` or ``tool-*.json``) or a pack of them (whose name says how many of each it holds,
-so a packed cache is counted in steps from the listing alone).
+:meth:`~airflow_pydantic_ai.durable.storage.identity.TaskIdentity.segments` names it) holding at least one
+entry, by the entry format's one rule (:func:`~airflow_pydantic_ai.durable.storage.entry.is_entry_name`), or
+a pack of entries (whose name says how many of each kind it holds, so a packed cache is counted in steps
+from the listing alone). A folder holding only the recorded output (``result-output.json``) is a cache
+too, and every entry counts in ``entries`` and ``size``, whatever its kind.
 
 Guarantees: one recursive listing of the base (on S3, one paginated ``ListObjectsV2`` without a
 delimiter: a thousand keys per request), sizes and times taken from it, never a GET per entry;
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from airflow_pydantic_ai.durable.storage.entry import is_entry_name, parse_pack_name
+from airflow_pydantic_ai.durable.storage.entry import entry_kind, parse_pack_name
 from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, id_segment, is_shortened
 from airflow_pydantic_ai.durable.storage.store import StepStore, modified_time
 
@@ -39,6 +41,7 @@ class CacheSummary:
     identity: TaskIdentity | None
     """The task instance; None when an id was too long and is stored shortened (find it by :meth:`matches`)."""
     entries: int
+    """Every entry: model and tool steps, approval decisions, the recorded output, damaged ones."""
     model_steps: int
     tool_steps: int
     """Tool and output function calls (both are stored as ``tool-*`` entries)."""
@@ -112,13 +115,13 @@ def list_caches(fs: Any, base: str, base_url: str) -> list[CacheSummary]:
         if parts is None or len(parts) != _DEPTH + 1 or info.get("type") == "directory":
             continue
         *folders, name = parts
-        counts = _step_counts(name)
+        counts = _counts(name)
         if counts is None:
             continue
         tally = tallies.setdefault(tuple(folders), _Tally())
-        tally.entries += counts[0] + counts[1]
-        tally.model_steps += counts[0]
-        tally.tool_steps += counts[1]
+        tally.entries += counts[0]
+        tally.model_steps += counts[1]
+        tally.tool_steps += counts[2]
         tally.size += int(info.get("size") or 0)
         modified = modified_time(info)
         if modified is not None and (tally.last_written is None or modified > tally.last_written):
@@ -158,13 +161,13 @@ def _relative_parts(path: str, root: str) -> list[str] | None:
     return None
 
 
-def _step_counts(name: str) -> tuple[int, int] | None:
-    """(model steps, tool steps) an object holds, from its name: 1 for an entry of that kind, what a pack's
-    name says for a pack; None for the result, decisions, temporary, probe or foreign files."""
+def _counts(name: str) -> tuple[int, int, int] | None:
+    """(entries, model steps, tool steps) an object holds, from its name: one entry of its kind, or what a
+    pack's name says; None for temporary, probe, note or foreign files."""
     pack = parse_pack_name(name)
     if pack is not None:
-        return (pack.model, pack.tool)
-    if not is_entry_name(name) or "-" not in name:
+        return (pack.entries, pack.model, pack.tool)
+    kind = entry_kind(name)
+    if kind is None:
         return None
-    kind = name.split("-", 1)[0]
-    return (int(kind == "model"), int(kind == "tool")) if kind in ("model", "tool") else None
+    return (1, int(kind == "model"), int(kind == "tool"))

@@ -38,6 +38,7 @@ __all__ = [
     "StepEntry",
     "StepKind",
     "StepRole",
+    "entry_kind",
     "entry_name",
     "is_entry_name",
     "is_pack_name",
@@ -65,9 +66,25 @@ def entry_name(kind: StepKind, key: str) -> str:
     return f"{kind}-{key}.json"
 
 
+def entry_kind(name: str) -> StepKind | None:
+    """The kind an entry's name says; None when ``name`` is not an entry's (the one rule for which names are
+    entries: ``{kind}-{key}.json`` with a kind of :data:`ENTRY_KINDS`; temporary files, probes and per-try
+    notes start with a dot, foreign files have no kind's prefix)."""
+    if not name.endswith(".json") or name.startswith("."):
+        return None
+    prefix, dash, rest = name.partition("-")
+    if not dash or rest == ".json":
+        return None
+    for kind in ENTRY_KINDS:
+        if prefix == kind:
+            return kind
+    return None
+
+
 def is_entry_name(name: str) -> bool:
-    """Entries are ``{kind}-{key}.json``; temporary files, probes and notes start with a dot; packs end in ``.pack``."""
-    return name.endswith(".json") and not name.startswith(".")
+    """Whether ``name`` is an entry's: what the store lists, the reader numbers and the catalog counts (packs,
+    ``.pack``, hold entries but are not one)."""
+    return entry_kind(name) is not None
 
 
 TOP_PARENT = "top"

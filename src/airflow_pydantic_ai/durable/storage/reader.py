@@ -89,6 +89,15 @@ class StepDetail:
     """JSON data: ``{"parts": [...], "usage": {...}}`` for a model step, ``{"outcome": ..., ...}`` for a call,
     ``{"approved": ..., "reason": ..., "answered_by": ...}`` for a decision."""
 
+    @property
+    def plain(self) -> Any:
+        """The content with recorded values as a person reads them: ``{"type": "json", "value": 3}`` is ``3``,
+        a dataclass or pydantic model its fields (the class name beside them); what has no plain JSON form
+        (bytes, an adapted value) keeps its tagged node. :attr:`content` is the stored form."""
+        if isinstance(self.content, dict) and "value" in self.content:
+            return {**self.content, "value": _plain(self.content["value"])}
+        return self.content
+
     def render(self, *, limit: int | None = _DEFAULT_LIMIT, redact: Callable[[str], str] | None = None) -> str:
         """The content as indented JSON, secrets masked by ``redact``, cut at ``limit`` characters (None: whole)."""
         text = json.dumps(self.content, indent=2, ensure_ascii=False, default=str)
@@ -254,3 +263,28 @@ def _content(entry: StepEntry) -> Any:
             "usage": entry.usage,
         }
     return entry.payload
+
+
+_SEQUENCES = ("list", "tuple", "set", "frozenset")
+_STRING_VALUES = ("float", "date", "datetime", "time", "uuid", "decimal")
+
+
+def _plain(node: Any) -> Any:
+    """A value node of the codec's tagged JSON as plain JSON, where it has a plain form (for people only)."""
+    if not isinstance(node, dict) or not isinstance(node.get("type"), str):
+        return node
+    kind = node["type"]
+    if kind == "json":
+        return node.get("value")
+    if kind in _SEQUENCES and isinstance(node.get("items"), list):
+        return [_plain(item) for item in node["items"]]
+    if kind == "dict" and isinstance(node.get("items"), list):
+        return {str(_plain(key)): _plain(item) for key, item in node["items"]}
+    if kind in ("dataclass", "pydantic") and isinstance(node.get("fields"), dict):
+        fields = {name: _plain(item) for name, item in node["fields"].items()}
+        return {"class": node.get("class"), **fields}
+    if kind in _STRING_VALUES and "class" not in node:
+        return node.get("value")
+    if kind == "enum":
+        return f"{node.get('class')}.{node.get('name')}"
+    return node

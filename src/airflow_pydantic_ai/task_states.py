@@ -1,26 +1,35 @@
-"""What the metadata database says about the task instances that own caches.
+"""What the metadata database says about the task instances that own caches, and what each state allows.
 
-``list`` shows each cache's task instance state, ``gc`` deletes only the caches no task instance will
-read again, and ``rm`` refuses while a try is running: all three ask here. Caches are matched to task
-instances by their path segments, so an id that was too long and is stored shortened still finds its
-task instance.
+One set of *active* states for everything that deletes (the view's "Delete cache" and "Run live from
+this step", ``cache rm``, ``cache gc``): a task instance in one of them has a try running, about to start,
+or waiting to resume (a deferred task, one awaiting a person's input, one up for reschedule), and that
+try reads its cache; deleting under it re-runs recorded steps live (billed model calls, repeated side
+effects). ``gc`` deletes only caches whose task instance is in a final state.
+
+The view reads its task instance's row here (:func:`task_row`), ``list`` and ``gc`` ask for the states of
+many caches at once (:func:`states_of`). Caches are matched to task instances by their path segments,
+so an id that was too long and is stored shortened still finds its task instance.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 from airflow_pydantic_ai.durable import CacheSummary, TaskIdentity, id_segment, is_shortened
 
 __all__ = [
+    "ACTIVE_STATES",
     "DELETABLE_STATES",
-    "IN_FLIGHT_STATES",
     "MISSING",
     "NO_TASK_INSTANCE",
+    "TaskRow",
+    "is_active",
     "state_of",
     "states_of",
+    "task_row",
 ]
 
 MISSING = "missing"
@@ -30,12 +39,38 @@ NO_TASK_INSTANCE = "no task instance"
 NO_STATE = "none"
 """A task instance without a state: cleared, so it will be scheduled (and read its cache) again."""
 
+ACTIVE_STATES = frozenset(
+    {
+        "queued",
+        "scheduled",
+        "running",
+        "restarting",
+        "deferred",  # waits for a trigger (an approval on Airflow 3.1/3.2), then resumes and reads the cache
+        "awaiting_input",  # Airflow 3.3: waits for a person's answer, then resumes and reads the cache
+        "up_for_reschedule",
+    }
+)
+"""A try runs, is about to start, or waits to resume: its cache must not be deleted (view, ``rm``, ``gc``)."""
+
 DELETABLE_STATES = frozenset({"success", "failed", "removed", "skipped", "upstream_failed", MISSING})
 """States whose task instance will not read its cache again (``failed`` is final: a pending retry is
-``up_for_retry``). Anything else (queued, scheduled, running, deferred, up for retry, up for
-reschedule, awaiting input, restarting, no state, unknown) keeps its cache."""
-IN_FLIGHT_STATES = frozenset({"queued", "running", "restarting", "deferred"})
-"""A try is on its way or running and may be writing into its cache."""
+``up_for_retry``): what ``gc`` deletes. Anything else (the active states, up for retry, no state, no
+task instance yet, a state this release does not know) keeps its cache."""
+
+
+def is_active(state: str | None) -> bool:
+    """Whether a task instance in ``state`` has a try running, about to start or waiting to resume."""
+    return state in ACTIVE_STATES
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """What the view shows of a task instance: its state (None: no state), latest try and operator (as
+    Airflow's UI names it: ``@task.pydantic_ai`` for the decorator)."""
+
+    state: str | None
+    try_number: int
+    operator: str
 
 
 _RUNS_PER_QUERY = 400
@@ -59,23 +94,51 @@ def _tables() -> tuple[Any, Any]:
     return TaskInstance.__table__, DagRun.__table__
 
 
+def task_row(identity: TaskIdentity) -> TaskRow | None:
+    """The task instance's row (the one query both the view and ``rm`` ask); None when there is none."""
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return _task_row(session, identity)
+
+
+def _task_row(session: Any, identity: TaskIdentity) -> TaskRow | None:
+    from sqlalchemy import select
+
+    task_instance, _ = _tables()
+    found = session.execute(
+        select(
+            task_instance.c.state,
+            task_instance.c.try_number,
+            task_instance.c.custom_operator_name,
+            task_instance.c.operator,
+        ).where(
+            task_instance.c.dag_id == identity.dag_id,
+            task_instance.c.run_id == identity.run_id,
+            task_instance.c.task_id == identity.task_id,
+            task_instance.c.map_index == identity.map_index,
+        )
+    ).first()
+    if found is None:
+        return None
+    state, try_number, custom_name, operator = found
+    return TaskRow(
+        state=None if state is None else _state_name(state),
+        try_number=int(try_number or 0),
+        operator=custom_name or operator or "",  # "@task.pydantic_ai", not the decorator's operator class
+    )
+
+
 def state_of(identity: TaskIdentity) -> str:
     """The state of one task instance: its state, :data:`NO_STATE`, :data:`NO_TASK_INSTANCE` or :data:`MISSING`."""
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    task_instance, dag_run = _tables()
+    _, dag_run = _tables()
     with create_session() as session:
-        found = session.execute(
-            select(task_instance.c.state).where(
-                task_instance.c.dag_id == identity.dag_id,
-                task_instance.c.run_id == identity.run_id,
-                task_instance.c.task_id == identity.task_id,
-                task_instance.c.map_index == identity.map_index,
-            )
-        ).first()
-        if found is not None:
-            return _state_name(found[0])
+        row = _task_row(session, identity)
+        if row is not None:
+            return row.state or NO_STATE
         run = session.execute(
             select(dag_run.c.id).where(dag_run.c.dag_id == identity.dag_id, dag_run.c.run_id == identity.run_id)
         ).first()
