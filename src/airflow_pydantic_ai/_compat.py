@@ -1,4 +1,4 @@
-"""Everything that differs between the Airflow releases this package supports (3.1, 3.2, 3.3).
+"""Everything that differs between the Airflow releases this package supports (3.1 to 3.4).
 
 Each difference is one small function, gated on the installed release where the APIs disagree, so
 the rest of the package reads the same on every release. Where
@@ -17,6 +17,7 @@ __all__ = [
     "cli_command_prefix",
     "get_fernet",
     "redact",
+    "reschedule_count",
     "run_id_from_view_link",
     "storage_conn_id",
 ]
@@ -86,3 +87,19 @@ def storage_conn_id(path: Any) -> str | None:
     if airflow_version_at_least(3, 2):
         return path.conn_id
     return path.storage_options.get("conn_id")
+
+
+def reschedule_count(context: Any) -> int:
+    """How often Airflow rescheduled the running try so far (0 when it never was).
+
+    The context's ``task_reschedule_count`` (the server counts the try's reschedule records); read from
+    the task instance's server context when a caller built its own context without it.
+    """
+    count = context.get("task_reschedule_count") if hasattr(context, "get") else None
+    if count is None:
+        server_context = getattr(context.get("ti") if hasattr(context, "get") else None, "_ti_context_from_server", None)
+        count = getattr(server_context, "task_reschedule_count", None)
+    try:
+        return int(count or 0)
+    except (TypeError, ValueError):
+        return 0

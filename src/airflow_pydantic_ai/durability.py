@@ -221,16 +221,22 @@ class ThisTry:
 
     try_number: int
     resuming: bool = False
-    """Resuming from a deferral or a human-input wait: the same try as the one that started, which may
-    have recorded steps already (Airflow does not count a resume as a new try)."""
+    """Resuming from a deferral, a human-input wait or a reschedule: the same try as the one that started,
+    which may have recorded steps already (Airflow counts none of these as a new try)."""
 
     @classmethod
-    def of(cls, ti: Any, *, resuming: bool = False) -> ThisTry:
-        """``resuming``: the caller knows it resumes (the operator's approval callback does)."""
+    def of(cls, ti: Any, *, resuming: bool = False, reschedules: int = 0) -> ThisTry:
+        """``resuming``: the caller knows it resumes (the operator's approval callback does).
+
+        ``reschedules``: how often Airflow rescheduled this try so far (the context's
+        ``task_reschedule_count``, counted per try by the server): a retry policy's ``RESCHEDULE`` (3.4), a
+        task raising ``AirflowRescheduleException``, a startup reschedule. A rescheduled try runs again
+        under the same try number, after its earlier runs may have recorded steps.
+        """
         server_context = getattr(ti, "_ti_context_from_server", None)
         return cls(
             try_number=int(getattr(ti, "try_number", 0) or 0),
-            resuming=resuming or bool(getattr(server_context, "next_method", None)),
+            resuming=resuming or bool(getattr(server_context, "next_method", None)) or reschedules > 0,
         )
 
 
@@ -243,8 +249,9 @@ def cache_belongs_to_this_dag_run(tries: Collection[int], this_try: ThisTry) -> 
     try of a task instance starts with a higher number than the tries before it: a retry, a clear of
     the task or of the run (the scheduler adds one to the try number), a retry on another worker. So a
     try can only find steps recorded by tries numbered below its own, or by itself when it resumes
-    from a deferral or a human-input wait. Any entry written by a try numbered the same or higher
-    (every entry, on try 1) was written by an earlier run.
+    from a deferral, a human-input wait or a reschedule (which keeps the try number). Any other entry
+    written by a try numbered the same or higher (every entry, on a first try 1) was written by an
+    earlier run.
 
     ``tries``: the try numbers that wrote the entries found.
     """
@@ -351,7 +358,7 @@ def start_durable_run(
             "instance profile...); every worker must reach the same location with them",
             settings.base.url,
         )
-    this_try = ThisTry.of(ti, resuming=resuming)
+    this_try = ThisTry.of(ti, resuming=resuming, reschedules=_compat.reschedule_count(context))
     max_tries = getattr(ti, "max_tries", None)
     if getattr(context.get("task"), "retries", None) == 0 and not this_try.resuming:
         log.info(
