@@ -20,6 +20,7 @@ __all__ = [
     "reschedule_count",
     "run_id_from_view_link",
     "storage_conn_id",
+    "task_region",
 ]
 
 
@@ -97,9 +98,30 @@ def reschedule_count(context: Any) -> int:
     """
     count = context.get("task_reschedule_count") if hasattr(context, "get") else None
     if count is None:
-        server_context = getattr(context.get("ti") if hasattr(context, "get") else None, "_ti_context_from_server", None)
+        server_context = getattr(
+            context.get("ti") if hasattr(context, "get") else None, "_ti_context_from_server", None
+        )
         count = getattr(server_context, "task_reschedule_count", None)
     try:
         return int(count or 0)
     except (TypeError, ValueError):
         return 0
+
+
+def task_region(ti: Any, context: Any = None) -> Any:
+    """The task instance's region inside an Airflow 3.4 loop (a ``durable.identity.Region``), else None.
+
+    Airflow 3.4 gives a task instance ``region_id`` / ``region_index`` (the all-zero UUID outside any
+    region) and a looped task's context ``loop`` (``index``: the iteration); older releases have neither.
+    """
+    from airflow_pydantic_ai.durable.identity import Region
+
+    region_id = getattr(ti, "region_id", None)
+    if region_id is None:
+        return None
+    index = getattr(ti, "region_index", None)
+    if index is None:
+        index = getattr(ti, "map_index", -1)
+    loop = context.get("loop") if context is not None and hasattr(context, "get") else None
+    iteration = getattr(loop, "index", None)
+    return Region.of(region_id, -1 if index is None else int(index), iteration)

@@ -317,17 +317,24 @@ def cache_rm_command(identity: TaskIdentity) -> str:
     words = [*_compat.cli_command_prefix(), "cache", "rm", identity.dag_id, identity.run_id, identity.task_id]
     if identity.map_index != -1:
         words += ["--map-index", str(identity.map_index)]
+    if identity.region is not None and identity.region.iteration is not None:
+        words += ["--iteration", str(identity.region.iteration)]
     return shlex.join(words)
 
 
-def task_identity(ti: Any) -> TaskIdentity:
-    """The identity a task instance's cache is keyed by (the same for all of its tries)."""
+def task_identity(ti: Any, context: Any = None) -> TaskIdentity:
+    """The identity a task instance's cache is keyed by (the same for all of its tries).
+
+    Inside an Airflow 3.4 loop it includes the task instance's region and the loop iteration, so that
+    each iteration (and each map index of one) has a cache of its own.
+    """
     map_index = getattr(ti, "map_index", None)
     return TaskIdentity(
         dag_id=ti.dag_id,
         run_id=ti.run_id,
         task_id=ti.task_id,
         map_index=-1 if map_index is None else int(map_index),
+        region=_compat.task_region(ti, context),
     )
 
 
@@ -344,11 +351,12 @@ def start_durable_run(
 
     ti = context["ti"]
     settings = DurableSettings.read(cache_path)
-    identity = task_identity(ti)
+    identity = task_identity(ti, context)
     store = settings.base.store_for(identity, warn=log.warning)
     delete_command = cache_rm_command(identity)
     log.info(
-        "Durable: the cache of this task instance is %s (delete it to force a fresh run: %s)",
+        "Durable: the cache of this task instance%s is %s (delete it to force a fresh run: %s)",
+        f" ({identity.region.describe()})" if identity.region is not None else "",
         store.location,
         delete_command,
     )

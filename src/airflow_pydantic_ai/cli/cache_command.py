@@ -34,6 +34,7 @@ LIST_COLUMNS = (
     "run_id",
     "task_id",
     "map_index",
+    "iteration",
     "entries",
     "model_steps",
     "tool_steps",
@@ -123,14 +124,44 @@ def _cutoff(age: str | None) -> dt.datetime | None:
 
 
 def _identity(args: Any) -> TaskIdentity:
-    return TaskIdentity(dag_id=args.dag_id, run_id=args.run_id, task_id=args.task_id, map_index=args.map_index)
+    """The task instance the arguments name; with ``--iteration``, its cache in that loop iteration (Airflow 3.4)."""
+    identity = TaskIdentity(dag_id=args.dag_id, run_id=args.run_id, task_id=args.task_id, map_index=args.map_index)
+    iteration = getattr(args, "iteration", None)
+    if iteration is None:
+        return identity
+    found = [cache.identity for cache in _iterations(identity) if cache.iteration == iteration]
+    if not found or found[0] is None:
+        raise _UserError(
+            f"no durable cache for {_describe(identity)} in loop iteration {iteration}{_iterations_hint(identity)}"
+        )
+    if len(found) > 1:
+        raise _UserError(
+            f"{_describe(identity)} has {len(found)} caches in loop iteration {iteration} (nested loops); "
+            "delete or read them by their location (cache list)"
+        )
+    return found[0]
+
+
+def _iterations(identity: TaskIdentity) -> list[CacheSummary]:
+    """The caches of ``identity``'s task id and map index inside a loop, one per iteration (Airflow 3.4)."""
+    return [
+        cache
+        for cache in _catalog(_base())
+        if cache.matches(identity.dag_id, identity.run_id, identity.task_id)
+        and cache.region is not None
+        and cache.map_index == identity.map_index
+    ]
+
+
+def _iterations_hint(identity: TaskIdentity) -> str:
+    iterations = sorted({cache.iteration for cache in _iterations(identity) if cache.iteration is not None})
+    if not iterations:
+        return ""
+    return f"; it ran in a loop and has caches of loop iterations {', '.join(map(str, iterations))}: add --iteration N"
 
 
 def _describe(identity: TaskIdentity) -> str:
-    return (
-        f"dag_id={identity.dag_id!r} run_id={identity.run_id!r} task_id={identity.task_id!r} "
-        f"map_index={identity.map_index}"
-    )
+    return identity.describe()
 
 
 def _reader(identity: TaskIdentity) -> CacheReader:
@@ -138,7 +169,8 @@ def _reader(identity: TaskIdentity) -> CacheReader:
     store = _base().store_for(identity, warn=lambda message: None)
     reader = CacheReader(store)
     if not reader.exists():
-        raise _UserError(f"no durable cache for {_describe(identity)} (looked at {store.location})")
+        hint = _iterations_hint(identity) if identity.region is None else ""
+        raise _UserError(f"no durable cache for {_describe(identity)} (looked at {store.location}){hint}")
     return reader
 
 
@@ -170,6 +202,7 @@ def _list_row(cache: CacheSummary, state: str) -> dict[str, Any]:
         "run_id": cache.run_id,
         "task_id": cache.task_id,
         "map_index": cache.map_index,
+        "iteration": cache.iteration,
         "entries": cache.entries,
         "model_steps": cache.model_steps,
         "tool_steps": cache.tool_steps,
@@ -303,6 +336,7 @@ def cache_gc(args: Any) -> None:
                 "run_id": cache.run_id,
                 "task_id": cache.task_id,
                 "map_index": cache.map_index,
+                "iteration": cache.iteration,
                 "task_state": states[cache.segments],
                 "bytes": cache.size,
                 "location": cache.location,

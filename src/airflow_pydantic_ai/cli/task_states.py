@@ -3,17 +3,19 @@
 ``list`` shows each cache's task instance state, ``gc`` deletes only the caches no task instance will
 read again, and ``rm`` refuses while a try is running: all three ask here. Caches are matched to task
 instances by their path segments, so an id that was too long and is stored shortened still finds its
-task instance.
+task instance. Inside an Airflow 3.4 loop a task instance is found by its region (``region_id`` and
+``region_index``, as Airflow keys it), so each iteration's cache gets its own iteration's state.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
 
 from airflow_pydantic_ai.durable.catalog import CacheSummary
-from airflow_pydantic_ai.durable.identity import TaskIdentity, id_segment, is_shortened
+from airflow_pydantic_ai.durable.identity import TaskIdentity, id_segment, is_shortened, parse_place
 
 __all__ = [
     "DELETABLE_STATES",
@@ -43,8 +45,31 @@ _RUNS_PER_QUERY = 400
 """DAG runs per query: at most two bound parameters each, under SQLite's oldest limit (999)."""
 
 
-def _key(identity: TaskIdentity) -> tuple[str, ...]:
-    return tuple(identity.segments())
+_OUTSIDE_ANY_REGION = uuid.UUID(int=0)
+"""Airflow 3.4's ``region_id`` of a task instance outside any region."""
+
+
+def _ti_key(dag_id: str, run_id: str, task_id: str, region_id: Any, index: int) -> tuple[Any, ...]:
+    """A task instance as its caches are matched: id segments, region (``""`` for none), index."""
+    region = (
+        "" if region_id is None or uuid.UUID(str(region_id)) == _OUTSIDE_ANY_REGION else str(uuid.UUID(str(region_id)))
+    )
+    return (id_segment(dag_id), id_segment(run_id), id_segment(task_id), region, int(index))
+
+
+def _cache_key(segments: tuple[str, ...]) -> tuple[Any, ...]:
+    map_index, region = parse_place(segments[3])
+    if region is None:
+        return (*segments[:3], "", map_index)
+    return (*segments[:3], region.id, region.index)
+
+
+def _place_columns(task_instance: Any) -> tuple[Any, Any]:
+    """``(region_id, index)`` columns: Airflow 3.4 stores ``region_index`` (its ``map_index`` is an alias of it)
+    and ``region_id``; older releases have ``map_index`` and no region."""
+    if "region_index" in task_instance.c:
+        return task_instance.c.region_id, task_instance.c.region_index
+    return None, task_instance.c.map_index
 
 
 def _tables() -> tuple[Any, Any]:
@@ -66,15 +91,20 @@ def state_of(identity: TaskIdentity) -> str:
     from sqlalchemy import select
 
     task_instance, dag_run = _tables()
+    region_column, index_column = _place_columns(task_instance)
+    where = [
+        task_instance.c.dag_id == identity.dag_id,
+        task_instance.c.run_id == identity.run_id,
+        task_instance.c.task_id == identity.task_id,
+        index_column == (identity.region.index if identity.region is not None else identity.map_index),
+    ]
+    if region_column is not None:
+        region = uuid.UUID(identity.region.id) if identity.region is not None else _OUTSIDE_ANY_REGION
+        where.append(region_column == region)
+    elif identity.region is not None:
+        return NO_TASK_INSTANCE  # a loop's cache, read where Airflow has no loops
     with create_session() as session:
-        found = session.execute(
-            select(task_instance.c.state).where(
-                task_instance.c.dag_id == identity.dag_id,
-                task_instance.c.run_id == identity.run_id,
-                task_instance.c.task_id == identity.task_id,
-                task_instance.c.map_index == identity.map_index,
-            )
-        ).first()
+        found = session.execute(select(task_instance.c.state).where(*where)).first()
         if found is not None:
             return _state_name(found[0])
         run = session.execute(
@@ -90,14 +120,15 @@ def states_of(caches: Iterable[CacheSummary]) -> dict[tuple[str, ...], str]:
     six for 1,000 caches of 1,000 runs.
     """
     from airflow.utils.session import create_session
-    from sqlalchemy import select
+    from sqlalchemy import null, select
 
     caches = list(caches)
     if not caches:
         return {}
     task_instance, dag_run = _tables()
+    region_column, index_column = _place_columns(task_instance)
     pairs = sorted({(cache.segments[0], cache.segments[1]) for cache in caches})
-    states: dict[tuple[str, ...], str] = {}
+    states: dict[tuple[Any, ...], str] = {}
     runs: set[tuple[str, str]] = set()
     with create_session() as session:
         for chunk in _chunks(pairs, _RUNS_PER_QUERY):
@@ -108,15 +139,17 @@ def states_of(caches: Iterable[CacheSummary]) -> dict[tuple[str, ...], str]:
                 task_instance.c.dag_id,
                 task_instance.c.run_id,
                 task_instance.c.task_id,
-                task_instance.c.map_index,
+                region_column if region_column is not None else null(),
+                index_column,
                 task_instance.c.state,
             ).where(_of_runs(task_instance, chunk))
-            for dag_id, run_id, task_id, map_index, state in session.execute(found_tasks):
-                states[_key(TaskIdentity(dag_id, run_id, task_id, map_index))] = _state_name(state)
+            for dag_id, run_id, task_id, region_id, index, state in session.execute(found_tasks):
+                states[_ti_key(dag_id, run_id, task_id, region_id, index)] = _state_name(state)
     result: dict[tuple[str, ...], str] = {}
     for cache in caches:
-        if cache.segments in states:
-            result[cache.segments] = states[cache.segments]
+        key = _cache_key(cache.segments)
+        if key in states:
+            result[cache.segments] = states[key]
         elif (cache.segments[0], cache.segments[1]) in runs:
             result[cache.segments] = NO_TASK_INSTANCE
         else:
