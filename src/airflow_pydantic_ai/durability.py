@@ -339,14 +339,24 @@ def task_identity(ti: Any, context: Any = None) -> TaskIdentity:
 
 
 def start_durable_run(
-    context: Any, *, log: TaskLogger, cache_path: str | None = None, resuming: bool = False
+    context: Any,
+    *,
+    log: TaskLogger,
+    cache_path: str | None = None,
+    resuming: bool = False,
+    on_clear: str | None = None,
 ) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
     ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
     so the cache holds this very try's steps and must be kept.
+
+    ``on_clear``: the task's ``on_clear=`` argument (``resume`` or ``fresh``; None reads ``[pydantic_ai]
+    on_clear``); what a cleared try does with the cache where Airflow does not ask the person who cleared
+    (see :mod:`~airflow_pydantic_ai.clear_policy`).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
+    from airflow_pydantic_ai import clear_policy
     from airflow_pydantic_ai.durable import DurableRun, secret_check
 
     ti = context["ti"]
@@ -373,7 +383,11 @@ def start_durable_run(
             "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "
             "for durability to pay off (until then only clearing the task resumes from the cache)"
         )
-    return DurableRun.open(
+    cleared = not this_try.resuming and clear_policy.is_cleared_try(ti)
+    after_clear = clear_policy.decide_after_clear(context, on_clear, cleared=cleared)
+    if after_clear is not None and after_clear.fresh:
+        clear_policy.discard_after_clear(store, after_clear, log)
+    run = DurableRun.open(
         store,
         attempt=this_try.try_number or 1,
         log=log,
@@ -385,3 +399,7 @@ def start_durable_run(
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
     )
+    if after_clear is not None and not after_clear.fresh:
+        steps = sum(entry.kind != "result" for entry in run.entries.values())
+        clear_policy.log_resume_after_clear(after_clear, steps, log)
+    return run

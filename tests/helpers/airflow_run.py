@@ -114,11 +114,17 @@ def clear_and_rerun(dag: DAG, dr: DagRun, task_id: str, map_index: int = -1) -> 
         TaskInstance.task_id == task_id,
         TaskInstance.map_index == map_index,
     )
+    if hasattr(TaskInstance, "working_set"):
+        # Airflow 3.4 archives the cleared attempt and creates its successor (the next try number).
+        query = query.where(TaskInstance.working_set.is_(True))
     with create_session() as session:
-        clear_task_instances([session.scalars(query).one()], session, dag_run_state=False)
+        cleared = session.scalars(query).one()
+        previous_try = cleared.try_number
+        clear_task_instances([cleared], session, dag_run_state=False)
     with create_session() as session:
         ti = session.scalars(query).one()
-        ti.try_number += 1
+        if ti.try_number == previous_try:  # Airflow 3.1-3.3: the scheduler adds one when it queues the try
+            ti.try_number += 1
         ti.state = TaskInstanceState.SCHEDULED
         session.commit()
         _run_task(ti=ti, task=dag.task_dict[task_id])
