@@ -152,7 +152,7 @@ def test_each_iteration_replays_only_its_own_steps(capfd, cache_base):
     assert not any(path.is_file() for path in cache_base.rglob("*")), "every iteration deleted its cache on success"
 
 
-def test_iterations_that_failed_for_good_keep_caches_the_commands_tell_apart(capfd, cache_base):
+def test_iterations_that_failed_for_good_keep_caches_the_commands_tell_apart(capfd, cache_base, tmp_path_factory):
     from airflow_pydantic_ai.cli import cache_command
 
     FAILS["always"] = {0, 2}
@@ -176,6 +176,8 @@ def test_iterations_that_failed_for_good_keep_caches_the_commands_tell_apart(cap
     shown = _cli(cache_command.cache_show, capfd, iteration=2, step=None, full=False)
     assert [step["kind"] for step in shown] == ["model", "tool"]
 
+    _the_view_offers_each_iteration(tmp_path_factory)
+
     with pytest.raises(SystemExit, match=r"loop iterations 0, 2.*--iteration"):
         _cli(cache_command.cache_show, capfd, iteration=None, step=None, full=False)
 
@@ -183,6 +185,31 @@ def test_iterations_that_failed_for_good_keep_caches_the_commands_tell_apart(cap
     remaining = _cli(cache_command.cache_list, capfd, dag_id="e2e_looped_kept", run_id=None, task_id=None)
     assert [row["iteration"] for row in remaining] == [2]
     del dr
+
+
+def _the_view_offers_each_iteration(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The "Durable cache" view (in this process, with Airflow's auth manager): the UI's link names no
+    iteration, so the view lists the task's iterations; each link shows that iteration's steps."""
+    from fastapi.testclient import TestClient
+    from tests.helpers.hitl_api import HitlApi
+
+    from airflow_pydantic_ai.ui.app import MOUNT_PATH, create_app
+
+    api = HitlApi.start(tmp_path_factory.mktemp("api"))
+    view = TestClient(create_app())
+    headers = {"Authorization": f"Bearer {api.token('alice')}"}
+    ids = {"dag_id": "e2e_looped_kept", "run_id": _only_run_id("e2e_looped_kept"), "task_id": "triage_round.triage"}
+
+    listing = view.get("/", params={**ids, "map_index": "{MAP_INDEX}"}, headers=headers)
+    assert listing.status_code == 200, listing.text
+    assert "One cache per loop iteration" in listing.text
+    assert re.findall(r"Loop iteration (\d)", listing.text) == ["0", "2"]
+    assert f"{MOUNT_PATH}/?" in listing.text and "iteration=2" in listing.text
+
+    shown = view.get("/", params={**ids, "iteration": 2}, headers=headers)
+    assert shown.status_code == 200, shown.text
+    assert "(loop iteration 2)" in shown.text and "fetch_ticket" in shown.text
+    assert view.get("/", params={**ids, "iteration": 1}, headers=headers).status_code == 404
 
 
 def _cli(command: Any, capfd: pytest.CaptureFixture[str], **given: Any) -> Any:

@@ -125,36 +125,23 @@ def _cutoff(age: str | None) -> dt.datetime | None:
 
 def _identity(args: Any) -> TaskIdentity:
     """The task instance the arguments name; with ``--iteration``, its cache in that loop iteration (Airflow 3.4)."""
-    identity = TaskIdentity(dag_id=args.dag_id, run_id=args.run_id, task_id=args.task_id, map_index=args.map_index)
+    from airflow_pydantic_ai.cache_access import NoSuchIteration, open_cache
+
     iteration = getattr(args, "iteration", None)
     if iteration is None:
-        return identity
-    found = [cache.identity for cache in _iterations(identity) if cache.iteration == iteration]
-    if not found or found[0] is None:
-        raise _UserError(
-            f"no durable cache for {_describe(identity)} in loop iteration {iteration}{_iterations_hint(identity)}"
-        )
-    if len(found) > 1:
-        raise _UserError(
-            f"{_describe(identity)} has {len(found)} caches in loop iteration {iteration} (nested loops); "
-            "delete or read them by their location (cache list)"
-        )
-    return found[0]
-
-
-def _iterations(identity: TaskIdentity) -> list[CacheSummary]:
-    """The caches of ``identity``'s task id and map index inside a loop, one per iteration (Airflow 3.4)."""
-    return [
-        cache
-        for cache in _catalog(_base())
-        if cache.matches(identity.dag_id, identity.run_id, identity.task_id)
-        and cache.region is not None
-        and cache.map_index == identity.map_index
-    ]
+        return TaskIdentity(dag_id=args.dag_id, run_id=args.run_id, task_id=args.task_id, map_index=args.map_index)
+    try:
+        return open_cache(args.dag_id, args.run_id, args.task_id, args.map_index, iteration=iteration).identity
+    except NoSuchIteration as error:
+        raise _UserError(str(error)) from None
 
 
 def _iterations_hint(identity: TaskIdentity) -> str:
-    iterations = sorted({cache.iteration for cache in _iterations(identity) if cache.iteration is not None})
+    """For a task whose plain cache is missing: the loop iterations it left caches in, if any."""
+    from airflow_pydantic_ai.cache_access import loop_caches
+
+    caches = loop_caches(_base(), identity.dag_id, identity.run_id, identity.task_id, identity.map_index)
+    iterations = sorted({cache.iteration for cache in caches if cache.iteration is not None})
     if not iterations:
         return ""
     return f"; it ran in a loop and has caches of loop iterations {', '.join(map(str, iterations))}: add --iteration N"

@@ -16,6 +16,7 @@ never changes anything.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -107,14 +108,19 @@ class _Tally:
     last_written: dt.datetime | None = None
 
 
-def list_caches(fs: Any, base: str, base_url: str) -> list[CacheSummary]:
-    """Every cache under ``base`` (a path on ``fs``, known to people as ``base_url``), sorted by path."""
+def list_caches(fs: Any, base: str, base_url: str, *, within: Sequence[str] = ()) -> list[CacheSummary]:
+    """Every cache under ``base`` (a path on ``fs``, known to people as ``base_url``), sorted by path.
+
+    ``within``: only the caches under these first segments (``TaskIdentity.segments()[:3]``: one task's
+    caches, such as the iterations of a loop), listing only that prefix.
+    """
     root = base.rstrip("/")
+    listed = "/".join([root, *within])
     invalidate = getattr(fs, "invalidate_cache", None)
     if invalidate is not None:
-        invalidate(root)  # object-store filesystems cache listings per process
+        invalidate(listed)  # object-store filesystems cache listings per process
     try:
-        listing = fs.find(root, detail=True)
+        listing = fs.find(listed, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return []
     tallies: dict[tuple[str, ...], _Tally] = {}
