@@ -353,7 +353,7 @@ def start_durable_run(
 
     ``on_clear``: the task's ``on_clear=`` argument (``resume`` or ``fresh``; None reads ``[pydantic_ai]
     on_clear``); what a cleared try does with the cache where Airflow does not ask the person who cleared
-    (see :mod:`~airflow_pydantic_ai.clear_policy`).
+    (see ``airflow_pydantic_ai.clear_policy`` and the durability guide's "When a person clears the task").
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai import clear_policy

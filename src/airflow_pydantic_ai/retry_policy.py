@@ -79,6 +79,7 @@ class RateLimitRetryPolicy(RetryPolicy):
         )
 
     def serialize(self) -> dict[str, Any]:
+        """The policy's settings as plain JSON values (seconds for durations)."""
         return {
             "delay": self.delay.total_seconds(),
             "max_delay": self.max_delay.total_seconds(),
@@ -88,6 +89,7 @@ class RateLimitRetryPolicy(RetryPolicy):
 
     @classmethod
     def deserialize(cls, data: dict[str, Any]) -> RateLimitRetryPolicy:
+        """The policy :meth:`serialize` described."""
         timeout = data.get("reschedule_timeout")
         return cls(
             delay=timedelta(seconds=data["delay"]),
