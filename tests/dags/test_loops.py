@@ -181,6 +181,9 @@ def test_iterations_that_failed_for_good_keep_caches_the_commands_tell_apart(cap
     with pytest.raises(SystemExit, match=r"loop iterations 0, 2.*--iteration"):
         _cli(cache_command.cache_show, capfd, iteration=None, step=None, full=False)
 
+    doomed = _cli(cache_command.cache_gc, capfd, dry_run=True, yes=False)
+    assert [(row["iteration"], row["task_state"]) for row in doomed] == [(0, "failed"), (2, "failed")]
+
     _cli(cache_command.cache_rm, capfd, iteration=0, from_step=None, dry_run=False, yes=True, force=False, json=False)
     remaining = _cli(cache_command.cache_list, capfd, dag_id="e2e_looped_kept", run_id=None, task_id=None)
     assert [row["iteration"] for row in remaining] == [2]
