@@ -64,11 +64,13 @@ def is_cleared_try(ti: Any) -> bool:
     Airflow sets ``max_tries = try_number - 1 + retries`` on a clear, and leaves it on a retry. When the
     numbers cannot be read, no try counts as cleared (nothing is discarded).
     """
+    from airflow_pydantic_ai.durability import first_try_of_a_series
+
     try:
-        try_number, max_tries, retries = int(ti.try_number), int(ti.max_tries), int(ti.task.retries or 0)
+        try_number = int(ti.try_number)
     except (AttributeError, TypeError, ValueError):
         return False
-    return try_number > 1 and max_tries == try_number - 1 + retries
+    return try_number > 1 and first_try_of_a_series(ti) is True
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ __all__ = [
     "cache_belongs_to_this_dag_run",
     "cache_rm_command",
     "default_cache_path",
+    "first_try_of_a_series",
     "open_cache_base",
     "resolve_cache_path",
     "retries_an_earlier_try",
@@ -208,11 +209,21 @@ def retries_an_earlier_try(ti: Any) -> bool:
         try_number = int(ti.try_number)
     except (AttributeError, TypeError, ValueError):
         return False
+    first = first_try_of_a_series(ti)
+    return try_number > 1 and (first is None or not first)
+
+
+def first_try_of_a_series(ti: Any) -> bool | None:
+    """Whether this try starts a series (the DAG run's first, or the first after a clear); None when unknown.
+
+    Airflow sets ``max_tries`` to the last try number plus the task's ``retries`` when a series starts,
+    and leaves it alone on a retry.
+    """
     try:
-        max_tries, retries = int(ti.max_tries), int(ti.task.retries or 0)
+        try_number, max_tries, retries = int(ti.try_number), int(ti.max_tries), int(ti.task.retries or 0)
     except (AttributeError, TypeError, ValueError):
-        return try_number > 1
-    return try_number > 1 and max_tries != try_number - 1 + retries
+        return None
+    return max_tries == try_number - 1 + retries
 
 
 @dataclass(frozen=True)
