@@ -7,6 +7,7 @@ REST API of a real api-server with the flag either way.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from datetime import datetime, timedelta
@@ -172,3 +173,23 @@ def test_a_wrong_on_clear_fails_the_first_try_naming_the_option(capfd, monkeypat
 def test_a_wrong_on_clear_argument_is_refused_when_the_dag_is_parsed():
     with pytest.raises(ValueError, match=r"on_clear='always' is not one of resume, fresh"):
         _dag("clear_bad_argument", on_clear="always")
+
+
+def test_a_cleared_task_keeps_its_cache_through_gc_while_it_waits_for_its_next_try(capfd):
+    """Airflow 3.4 keeps the cleared try (failed) beside the new one (no state yet): the commands read the new one."""
+    import argparse
+
+    from tests.helpers.airflow_run import clear_task
+
+    from airflow_pydantic_ai.cli import cache_command
+
+    dr = run_dag(_dag("clear_then_gc"))
+    assert dr.state == "failed"
+    clear_task(dr, "triage")
+    capfd.readouterr()
+
+    common = {"dag_id": "clear_then_gc", "run_id": None, "task_id": None, "older_than": None, "output": "json"}
+    cache_command.cache_list(argparse.Namespace(**common))
+    assert [row["task_state"] for row in json.loads(capfd.readouterr().out)] == ["none"]
+    cache_command.cache_gc(argparse.Namespace(**common, dry_run=True, yes=False))
+    assert "Nothing to delete: 1 cache may still be read" in capfd.readouterr().err

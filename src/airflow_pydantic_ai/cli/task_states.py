@@ -64,6 +64,11 @@ def _cache_key(segments: tuple[str, ...]) -> tuple[Any, ...]:
     return (*segments[:3], region.id, region.index)
 
 
+def _current_tries(task_instance: Any) -> list[Any]:
+    """Airflow 3.4 keeps each archived try of a task instance beside the current one (``working_set``)."""
+    return [task_instance.c.working_set.is_(True)] if "working_set" in task_instance.c else []
+
+
 def _place_columns(task_instance: Any) -> tuple[Any, Any]:
     """``(region_id, index)`` columns: Airflow 3.4 stores ``region_index`` (its ``map_index`` is an alias of it)
     and ``region_id``; older releases have ``map_index`` and no region."""
@@ -97,6 +102,7 @@ def state_of(identity: TaskIdentity) -> str:
         task_instance.c.run_id == identity.run_id,
         task_instance.c.task_id == identity.task_id,
         index_column == (identity.region.index if identity.region is not None else identity.map_index),
+        *_current_tries(task_instance),
     ]
     if region_column is not None:
         region = uuid.UUID(identity.region.id) if identity.region is not None else _OUTSIDE_ANY_REGION
@@ -142,7 +148,7 @@ def states_of(caches: Iterable[CacheSummary]) -> dict[tuple[str, ...], str]:
                 region_column if region_column is not None else null(),
                 index_column,
                 task_instance.c.state,
-            ).where(_of_runs(task_instance, chunk))
+            ).where(_of_runs(task_instance, chunk), *_current_tries(task_instance))
             for dag_id, run_id, task_id, region_id, index, state in session.execute(found_tasks):
                 states[_ti_key(dag_id, run_id, task_id, region_id, index)] = _state_name(state)
     result: dict[tuple[str, ...], str] = {}
