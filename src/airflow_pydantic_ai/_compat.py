@@ -113,15 +113,18 @@ def task_region(ti: Any, context: Any = None) -> Any:
 
     Airflow 3.4 gives a task instance ``region_id`` / ``region_index`` (the all-zero UUID outside any
     region) and a looped task's context ``loop`` (``index``: the iteration); older releases have neither.
+    Only a loop runs one task id (and map index) more than once in a DAG run: the expansion of a mapped
+    task outside any loop is a region of its own in 3.4 too, but its map index already tells its task
+    instances apart, so it keeps the layout of earlier releases (and the caches they wrote keep replaying).
     """
     from airflow_pydantic_ai.durable.identity import Region
 
     region_id = getattr(ti, "region_id", None)
-    if region_id is None:
+    loop = context.get("loop") if context is not None and hasattr(context, "get") else None
+    if region_id is None or loop is None:
         return None
     index = getattr(ti, "region_index", None)
     if index is None:
         index = getattr(ti, "map_index", -1)
-    loop = context.get("loop") if context is not None and hasattr(context, "get") else None
     iteration = getattr(loop, "index", None)
     return Region.of(region_id, -1 if index is None else int(index), iteration)

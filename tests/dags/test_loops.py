@@ -241,3 +241,48 @@ def _only_run_id(dag_id: str) -> str:
 
     with create_session() as session:
         return session.scalars(select(DagRun.run_id).where(DagRun.dag_id == dag_id)).one()
+
+
+def test_each_map_index_of_each_iteration_has_its_own_cache(capfd, cache_base):
+    """A mapped agent task inside a loop: Airflow gives each iteration's expansion a region of its own."""
+    from airflow.sdk import DAG, task_group
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    FAILS["once"] = {1}
+    with DAG(
+        dag_id="e2e_looped_mapped",
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        default_args={"retries": 1, "retry_delay": timedelta(0)},
+    ) as dag:
+
+        @task_group
+        def triage_round() -> Any:
+            return AgentOperator.partial(
+                task_id="triage", model_id="test", toolsets=[FunctionToolset([fetch_ticket, notify_team])], durable=True
+            ).expand(prompt=["Triage ticket 1.", "Triage ticket 2."])
+
+        triage_round.loop(max_iterations=2)
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert "left by an earlier run" not in out
+    places = re.findall(
+        r"the cache of this task instance \(loop iteration (\d)\) is \S+/(\d)\.loop\d\.([0-9a-f-]{36})/", out
+    )
+    # Iteration 0: two map indexes, one try each; iteration 1: two map indexes, two tries each.
+    assert sorted({(iteration, index) for iteration, index, _ in places}) == [
+        ("0", "0"),
+        ("0", "1"),
+        ("1", "0"),
+        ("1", "1"),
+    ]
+    assert len({region for iteration, _, region in places if iteration == "0"}) == 1
+    assert len({region for _, _, region in places}) == 2, "a region per iteration, shared by its map indexes"
+    found = [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(out)]
+    clean, failed, replayed = (0, 0, 0, 4, 2, 2), (0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)
+    assert sorted(found) == sorted([clean, clean, failed, failed, replayed, replayed])
+    assert CALLS[("fetch_ticket", 1)] == 2, "each map index of iteration 1 replayed its own fetch_ticket"
