@@ -49,12 +49,18 @@ _OUTSIDE_ANY_REGION = uuid.UUID(int=0)
 """Airflow 3.4's ``region_id`` of a task instance outside any region."""
 
 
-def _ti_key(dag_id: str, run_id: str, task_id: str, region_id: Any, index: int) -> tuple[Any, ...]:
-    """A task instance as its caches are matched: id segments, region (``""`` for none), index."""
-    region = (
-        "" if region_id is None or uuid.UUID(str(region_id)) == _OUTSIDE_ANY_REGION else str(uuid.UUID(str(region_id)))
-    )
-    return (id_segment(dag_id), id_segment(run_id), id_segment(task_id), region, int(index))
+def _ti_keys(dag_id: str, run_id: str, task_id: str, region_id: Any, index: int) -> list[tuple[Any, ...]]:
+    """A task instance as caches are matched: id segments, region (``""``: none), index.
+
+    A cache without a region (outside any loop) matches by map index alone: on Airflow 3.4 the expansion
+    of a mapped task is a region too, though its cache keeps the plain layout. A loop's cache matches by
+    its region as well.
+    """
+    ids = (id_segment(dag_id), id_segment(run_id), id_segment(task_id))
+    keys: list[tuple[Any, ...]] = [(*ids, "", int(index))]
+    if region_id is not None and uuid.UUID(str(region_id)) != _OUTSIDE_ANY_REGION:
+        keys.append((*ids, str(uuid.UUID(str(region_id))), int(index)))
+    return keys
 
 
 def _cache_key(segments: tuple[str, ...]) -> tuple[Any, ...]:
@@ -104,9 +110,8 @@ def state_of(identity: TaskIdentity) -> str:
         index_column == (identity.region.index if identity.region is not None else identity.map_index),
         *_current_tries(task_instance),
     ]
-    if region_column is not None:
-        region = uuid.UUID(identity.region.id) if identity.region is not None else _OUTSIDE_ANY_REGION
-        where.append(region_column == region)
+    if region_column is not None and identity.region is not None:
+        where.append(region_column == uuid.UUID(identity.region.id))
     elif identity.region is not None:
         return NO_TASK_INSTANCE  # a loop's cache, read where Airflow has no loops
     with create_session() as session:
@@ -150,7 +155,8 @@ def states_of(caches: Iterable[CacheSummary]) -> dict[tuple[str, ...], str]:
                 task_instance.c.state,
             ).where(_of_runs(task_instance, chunk), *_current_tries(task_instance))
             for dag_id, run_id, task_id, region_id, index, state in session.execute(found_tasks):
-                states[_ti_key(dag_id, run_id, task_id, region_id, index)] = _state_name(state)
+                for key in _ti_keys(dag_id, run_id, task_id, region_id, index):
+                    states[key] = _state_name(state)
     result: dict[tuple[str, ...], str] = {}
     for cache in caches:
         key = _cache_key(cache.segments)
