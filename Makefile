@@ -11,7 +11,8 @@ DEMO_ENV := AIRFLOW_HOME=$(DEMO_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/examp
 # Version matrix: one session per constraints/airflow-A-pydantic-ai-P.txt, each in its own venv
 # under .matrix/, installed with uv (from PyPI, into .tools/) because it installs a full Airflow
 # in seconds where pip takes minutes. `make matrix-list` names the sessions.
-MATRIX_AIRFLOW := 3.1.8 3.2.2 3.3.2
+# 3.4.0b2 is a pre-release (the newest until 3.4.0 ships; then replace it by the release).
+MATRIX_AIRFLOW := 3.1.8 3.2.2 3.3.2 3.4.0b2
 MATRIX_PYDANTIC_AI := 2.62.0 2.68.0
 MATRIX_SESSIONS := $(foreach a,$(MATRIX_AIRFLOW),$(foreach p,$(MATRIX_PYDANTIC_AI),airflow-$(basename $(a))-pydantic-ai-$(basename $(p))))
 MATRIX_OLDEST := airflow-$(basename $(firstword $(MATRIX_AIRFLOW)))-pydantic-ai-$(basename $(firstword $(MATRIX_PYDANTIC_AI)))
@@ -141,6 +142,8 @@ matrix-newer-python:
 #   InProcessExecutionAPI ends its lifespan when the object is collected, which dag.test() does at once
 #   ("'State' object has no attribute 'svcs_registry'"); 3.3 ties the lifespan to the transport instead.
 # Without them every dag.test() task fails before it starts on Airflow 3.2.
+# --prerelease=if-necessary-or-explicit: a pinned pre-release (apache-airflow==3.4.0b2) brings its own
+# pre-release core and task SDK; every other package stays on its newest release.
 AIRFLOW_3_2_CAPS := 'fastapi<0.137' 'svcs<26.2'
 constraints: $(UV)
 	mkdir -p constraints
@@ -149,7 +152,8 @@ constraints: $(UV)
 		printf 'apache-airflow==%s\npydantic-ai-slim==%s\n' $$a $$p > $(TOOLS)/pins.txt; \
 		case $$a in 3.2.*) printf '%s\n' $(AIRFLOW_3_2_CAPS) >> $(TOOLS)/pins.txt;; esac; \
 		$(UV) pip compile pyproject.toml --extra test -c $(TOOLS)/pins.txt --python-version 3.11 \
-			--python-platform x86_64-unknown-linux-gnu --no-header --no-annotate --quiet -o $$out; \
+			--python-platform x86_64-unknown-linux-gnu --prerelease=if-necessary-or-explicit \
+			--no-header --no-annotate --quiet -o $$out; \
 		echo "wrote $$out"; done; done
 
 clean:

@@ -1,5 +1,5 @@
-"""Everything that differs between the Airflow releases this package supports (3.1, 3.2, 3.3), and
-every private Airflow or pydantic-ai name the package uses.
+"""Everything that differs between the Airflow releases this package supports (3.1 to 3.4), and every
+private Airflow or pydantic-ai name the package uses.
 
 Each difference is one small function, gated on the installed release where the APIs disagree, so
 the rest of the package reads the same on every release. Where
@@ -28,10 +28,12 @@ __all__ = [
     "output_validators",
     "redact",
     "rendered_fields_of",
+    "reschedule_count",
     "resumes_after_deferral",
     "run_id_from_view_link",
     "set_model_settings",
     "storage_conn_id",
+    "task_region",
     "waits_for_a_person",
 ]
 
@@ -214,3 +216,43 @@ def failed_output_validator(error: BaseException, validators: Sequence[Any]) -> 
         if validator is frame_locals.get("self"):
             return index, frame_locals.get("result")
     return None
+
+
+def reschedule_count(context: Any) -> int:
+    """How often Airflow rescheduled the running try so far (0 when it never was).
+
+    The context's ``task_reschedule_count`` (the server counts the try's reschedule records); read from
+    the task instance's server context when a caller built its own context without it.
+    """
+    count = context.get("task_reschedule_count") if hasattr(context, "get") else None
+    if count is None:
+        server_context = getattr(
+            context.get("ti") if hasattr(context, "get") else None, "_ti_context_from_server", None
+        )
+        count = getattr(server_context, "task_reschedule_count", None)
+    try:
+        return int(count or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def task_region(ti: Any, context: Any = None) -> Any:
+    """The task instance's region inside an Airflow 3.4 loop (a ``durable.identity.Region``), else None.
+
+    Airflow 3.4 gives a task instance ``region_id`` / ``region_index`` (the all-zero UUID outside any
+    region) and a looped task's context ``loop`` (``index``: the iteration); older releases have neither.
+    Only a loop runs one task id (and map index) more than once in a DAG run: the expansion of a mapped
+    task outside any loop is a region of its own in 3.4 too, but its map index already tells its task
+    instances apart, so it keeps the layout of earlier releases (and the caches they wrote keep replaying).
+    """
+    from airflow_pydantic_ai.durable import Region
+
+    region_id = getattr(ti, "region_id", None)
+    loop = context.get("loop") if context is not None and hasattr(context, "get") else None
+    if region_id is None or loop is None:
+        return None
+    index = getattr(ti, "region_index", None)
+    if index is None:
+        index = getattr(ti, "map_index", -1)
+    iteration = getattr(loop, "index", None)
+    return Region.of(region_id, -1 if index is None else int(index), iteration)

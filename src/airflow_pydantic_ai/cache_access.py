@@ -20,9 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import CacheReader, StepDetail, StepInfo, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable import (
+    CacheReader,
+    CacheSummary,
+    StepDetail,
+    StepInfo,
+    StepStore,
+    TaskIdentity,
+    list_caches,
+)
 
-__all__ = ["STEP_LIMIT", "CacheAccess", "OutsideCacheBase", "open_cache"]
+__all__ = ["STEP_LIMIT", "CacheAccess", "NoSuchIteration", "OutsideCacheBase", "loop_caches", "open_cache"]
 
 STEP_LIMIT = 4096
 """Characters of a decoded step shown unless the whole step is asked for."""
@@ -30,6 +38,10 @@ STEP_LIMIT = 4096
 
 class OutsideCacheBase(ValueError):
     """The ids would lead outside the configured cache base (never expected: segments are encoded)."""
+
+
+class NoSuchIteration(LookupError):
+    """No cache (or more than one, under nested loops) of the task instance in that loop iteration."""
 
 
 @dataclass(frozen=True)
@@ -61,26 +73,58 @@ class CacheAccess:
         return detail.info, text
 
 
+def loop_caches(base: Any, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[CacheSummary]:
+    """The caches a task (one map index of it) left inside an Airflow 3.4 loop, one per iteration, in path order.
+
+    ``base``: the opened cache base (``durability.open_cache_base()``). Lists only the task's prefix.
+    """
+    within = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id).segments()[:3]
+    return [
+        cache
+        for cache in list_caches(base.fs, base.root, base.url, within=within)
+        if cache.region is not None and cache.map_index == int(map_index)
+    ]
+
+
 def open_cache(
     dag_id: str,
     run_id: str,
     task_id: str,
     map_index: int = -1,
     *,
+    iteration: int | None = None,
     warn: Callable[[str], Any] = lambda message: None,
 ) -> CacheAccess:
-    """The cache of task instance (``dag_id``, ``run_id``, ``task_id``, ``map_index``).
+    """The cache of task instance (``dag_id``, ``run_id``, ``task_id``, ``map_index``), in loop ``iteration``.
 
     Raises :class:`~airflow_pydantic_ai.durable.DurableConfigError` when the configuration is
-    wrong (the message names the option), :class:`OutsideCacheBase` if the prefix escapes the base.
+    wrong (the message names the option), :class:`OutsideCacheBase` if the prefix escapes the base,
+    :class:`NoSuchIteration` when ``iteration`` is given and that iteration left no cache.
     """
     from airflow_pydantic_ai.durability import open_cache_base
 
     identity = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=int(map_index))
     base = open_cache_base()
+    if iteration is not None:
+        identity = _iteration_identity(base, identity, iteration)
     store = base.store_for(identity, warn=warn)
     _check_inside(base.root, store.root)
     return CacheAccess(identity=identity, store=store, reader=CacheReader(store))
+
+
+def _iteration_identity(base: Any, identity: TaskIdentity, iteration: int) -> TaskIdentity:
+    caches = loop_caches(base, identity.dag_id, identity.run_id, identity.task_id, identity.map_index)
+    found = [cache.identity for cache in caches if cache.iteration == iteration]
+    if not found or found[0] is None:
+        left = sorted({cache.iteration for cache in caches if cache.iteration is not None})
+        others = f"; it has caches of loop iterations {', '.join(map(str, left))}" if left else ""
+        raise NoSuchIteration(f"no durable cache for {identity.describe()} in loop iteration {iteration}{others}")
+    if len(found) > 1:
+        raise NoSuchIteration(
+            f"{identity.describe()} has {len(found)} caches in loop iteration {iteration} (nested loops); "
+            "read or delete them by their location (cache list)"
+        )
+    return found[0]
 
 
 def _check_inside(base: str, root: str) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "default_cache_path",
     "delete_cache_after_success",
     "durable_attempt",
+    "first_try_of_a_series",
     "hint_at_retries",
     "note_how_the_try_ends",
     "open_cache_base",
@@ -213,11 +214,21 @@ def retries_an_earlier_try(ti: Any) -> bool:
         try_number = int(ti.try_number)
     except (AttributeError, TypeError, ValueError):
         return False
+    first = first_try_of_a_series(ti)
+    return try_number > 1 and (first is None or not first)
+
+
+def first_try_of_a_series(ti: Any) -> bool | None:
+    """Whether this try starts a series (the DAG run's first, or the first after a clear); None when unknown.
+
+    Airflow sets ``max_tries`` to the last try number plus the task's ``retries`` when a series starts,
+    and leaves it alone on a retry.
+    """
     try:
-        max_tries, retries = int(ti.max_tries), int(ti.task.retries or 0)
+        try_number, max_tries, retries = int(ti.try_number), int(ti.max_tries), int(ti.task.retries or 0)
     except (AttributeError, TypeError, ValueError):
-        return try_number > 1
-    return try_number > 1 and max_tries != try_number - 1 + retries
+        return None
+    return max_tries == try_number - 1 + retries
 
 
 @dataclass(frozen=True)
@@ -226,15 +237,21 @@ class ThisTry:
 
     try_number: int
     resuming: bool = False
-    """Resuming from a deferral or a human-input wait: the same try as the one that started, which may
-    have recorded steps already (Airflow does not count a resume as a new try)."""
+    """Resuming from a deferral, a human-input wait or a reschedule: the same try as the one that started,
+    which may have recorded steps already (Airflow counts none of these as a new try)."""
 
     @classmethod
-    def of(cls, ti: Any, *, resuming: bool = False) -> ThisTry:
-        """``resuming``: the caller knows it resumes (the operator's approval callback does)."""
+    def of(cls, ti: Any, *, resuming: bool = False, reschedules: int = 0) -> ThisTry:
+        """``resuming``: the caller knows it resumes (the operator's approval callback does).
+
+        ``reschedules``: how often Airflow rescheduled this try so far (the context's
+        ``task_reschedule_count``, counted per try by the server): a retry policy's ``RESCHEDULE`` (3.4), a
+        task raising ``AirflowRescheduleException``, a startup reschedule. A rescheduled try runs again
+        under the same try number, after its earlier runs may have recorded steps.
+        """
         return cls(
             try_number=int(getattr(ti, "try_number", 0) or 0),
-            resuming=resuming or _compat.resumes_after_deferral(ti),
+            resuming=resuming or _compat.resumes_after_deferral(ti) or reschedules > 0,
         )
 
 
@@ -247,8 +264,9 @@ def cache_belongs_to_this_dag_run(tries: Collection[int], this_try: ThisTry) -> 
     try of a task instance starts with a higher number than the tries before it: a retry, a clear of
     the task or of the run (the scheduler adds one to the try number), a retry on another worker. So a
     try can only find steps recorded by tries numbered below its own, or by itself when it resumes
-    from a deferral or a human-input wait. Any entry written by a try numbered the same or higher
-    (every entry, on try 1) was written by an earlier run.
+    from a deferral, a human-input wait or a reschedule (which keeps the try number). Any other entry
+    written by a try numbered the same or higher (every entry, on a first try 1) was written by an
+    earlier run.
 
     ``tries``: the try numbers that wrote the entries found.
     """
@@ -314,38 +332,56 @@ def cache_rm_command(identity: TaskIdentity) -> str:
     words = [*_compat.cli_command_prefix(), "cache", "rm", identity.dag_id, identity.run_id, identity.task_id]
     if identity.map_index != -1:
         words += ["--map-index", str(identity.map_index)]
+    if identity.region is not None and identity.region.iteration is not None:
+        words += ["--iteration", str(identity.region.iteration)]
     return shlex.join(words)
 
 
-def task_identity(ti: Any) -> TaskIdentity:
-    """The identity a task instance's cache is keyed by (the same for all of its tries)."""
+def task_identity(ti: Any, context: Any = None) -> TaskIdentity:
+    """The identity a task instance's cache is keyed by (the same for all of its tries).
+
+    Inside an Airflow 3.4 loop it includes the task instance's region and the loop iteration, so that
+    each iteration (and each map index of one) has a cache of its own.
+    """
     map_index = getattr(ti, "map_index", None)
     return TaskIdentity(
         dag_id=ti.dag_id,
         run_id=ti.run_id,
         task_id=ti.task_id,
         map_index=-1 if map_index is None else int(map_index),
+        region=_compat.task_region(ti, context),
     )
 
 
 def start_durable_run(
-    context: Any, *, log: TaskLogger, cache_path: str | None = None, resuming: bool = False
+    context: Any,
+    *,
+    log: TaskLogger,
+    cache_path: str | None = None,
+    resuming: bool = False,
+    on_clear: str | None = None,
 ) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
     ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
     so the cache holds this very try's steps and must be kept.
+
+    ``on_clear``: the task's ``on_clear=`` argument (``resume`` or ``fresh``; None reads ``[pydantic_ai]
+    on_clear``); what a cleared try does with the cache where Airflow does not ask the person who cleared
+    (see ``airflow_pydantic_ai.clear_policy`` and the durability guide's "When a person clears the task").
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
+    from airflow_pydantic_ai import clear_policy
     from airflow_pydantic_ai.durable import DurableRun, secret_check
 
     ti = context["ti"]
     settings = DurableSettings.read(cache_path)
-    identity = task_identity(ti)
+    identity = task_identity(ti, context)
     store = settings.base.store_for(identity, warn=log.warning)
     delete_command = cache_rm_command(identity)
     log.info(
-        "Durable: the cache of this task instance is %s (delete it to force a fresh run: %s)",
+        "Durable: the cache of this task instance%s is %s (delete it to force a fresh run: %s)",
+        f" ({identity.region.describe()})" if identity.region is not None else "",
         store.location,
         delete_command,
     )
@@ -355,9 +391,13 @@ def start_durable_run(
             "instance profile...); every worker must reach the same location with them",
             settings.base.url,
         )
-    this_try = ThisTry.of(ti, resuming=resuming)
+    this_try = ThisTry.of(ti, resuming=resuming, reschedules=_compat.reschedule_count(context))
     max_tries = getattr(ti, "max_tries", None)
-    return DurableRun.open(
+    cleared = not this_try.resuming and clear_policy.is_cleared_try(ti)
+    after_clear = clear_policy.decide_after_clear(context, on_clear, cleared=cleared)
+    if after_clear is not None and after_clear.fresh:
+        clear_policy.discard_after_clear(store, after_clear, log)
+    run = DurableRun.open(
         store,
         attempt=this_try.try_number or 1,
         log=log,
@@ -369,6 +409,10 @@ def start_durable_run(
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
     )
+    if after_clear is not None and not after_clear.fresh:
+        steps = sum(entry.kind != "result" for entry in run.entries.values())
+        clear_policy.log_resume_after_clear(after_clear, steps, log)
+    return run
 
 
 class DeleteDurableCache:
@@ -449,7 +493,7 @@ def hint_at_retries(context: Any, *, log: Any, asks_for_approval: bool) -> None:
     person for approval (the try resumes from the cache after the wait), nor on a resumed try."""
     if asks_for_approval or getattr(context.get("task"), "retries", None) != 0:
         return
-    if ThisTry.of(context["ti"]).resuming:
+    if ThisTry.of(context["ti"], reschedules=_compat.reschedule_count(context)).resuming:
         return
     log.info(
         "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "

@@ -100,7 +100,8 @@ def get_provider_info() -> dict[str, Any]:
                             "Base location of the durable agent cache, as an ObjectStoragePath URL "
                             "(file:///path, s3://conn_id@bucket/prefix, gs://conn_id@bucket/prefix, ...). "
                             "Each task instance writes under "
-                            "{base}/{dag_id}/{run_id}/{task_id}/{map_index}/; delete that folder to "
+                            "{base}/{dag_id}/{run_id}/{task_id}/{map_index}/ (inside an Airflow 3.4 loop, "
+                            "{map_index}.loop{iteration}.{region_id}/); delete that folder to "
                             "force a fresh run. Empty means the local folder "
                             "{AIRFLOW_HOME}/pydantic_ai/durable_cache, which only helps when the retry "
                             "runs on the same machine as the failed attempt."
@@ -109,6 +110,19 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "string",
                         "example": "s3://aws_default@my-bucket/airflow/agent-cache",
                         "default": "",
+                    },
+                    "on_clear": {
+                        "description": (
+                            "What a durable task cleared by a person does with its cache on Airflow 3.1-3.3: "
+                            "resume replays the recorded steps, fresh discards them and runs every step live. "
+                            "Retries are never affected. On Airflow 3.4 the person who clears decides "
+                            "(keep_task_state) and this option applies only when the task-state store cannot "
+                            "be read. A task's on_clear= argument overrides it. One of: resume, fresh."
+                        ),
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "fresh",
+                        "default": "resume",
                     },
                     "durable_storage_errors": {
                         "description": (

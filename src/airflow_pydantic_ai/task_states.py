@@ -8,17 +8,21 @@ effects). ``gc`` deletes only caches whose task instance is in a final state.
 
 The view reads its task instance's row here (:func:`task_row`), ``list`` and ``gc`` ask for the states of
 many caches at once (:func:`states_of`). Caches are matched to task instances by their path segments,
-so an id that was too long and is stored shortened still finds its task instance.
+so an id that was too long and is stored shortened still finds its task instance. Inside an Airflow 3.4
+loop a task instance is found by its region (``region_id`` and ``region_index``, as Airflow keys it), so
+each iteration's cache gets its own iteration's state; only the current try's row counts (3.4 keeps
+archived tries beside it).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from airflow_pydantic_ai.durable import CacheSummary, TaskIdentity, id_segment, is_shortened
+from airflow_pydantic_ai.durable import CacheSummary, TaskIdentity, id_segment, is_shortened, parse_place
 
 __all__ = [
     "ACTIVE_STATES",
@@ -77,8 +81,42 @@ _RUNS_PER_QUERY = 400
 """DAG runs per query: at most two bound parameters each, under SQLite's oldest limit (999)."""
 
 
-def _key(identity: TaskIdentity) -> tuple[str, ...]:
-    return tuple(identity.segments())
+_OUTSIDE_ANY_REGION = uuid.UUID(int=0)
+"""Airflow 3.4's ``region_id`` of a task instance outside any region."""
+
+
+def _ti_keys(dag_id: str, run_id: str, task_id: str, region_id: Any, index: int) -> list[tuple[Any, ...]]:
+    """A task instance as caches are matched: id segments, region (``""``: none), index.
+
+    A cache without a region (outside any loop) matches by map index alone: on Airflow 3.4 the expansion
+    of a mapped task is a region too, though its cache keeps the plain layout. A loop's cache matches by
+    its region as well.
+    """
+    ids = (id_segment(dag_id), id_segment(run_id), id_segment(task_id))
+    keys: list[tuple[Any, ...]] = [(*ids, "", int(index))]
+    if region_id is not None and uuid.UUID(str(region_id)) != _OUTSIDE_ANY_REGION:
+        keys.append((*ids, str(uuid.UUID(str(region_id))), int(index)))
+    return keys
+
+
+def _cache_key(segments: tuple[str, ...]) -> tuple[Any, ...]:
+    map_index, region = parse_place(segments[3])
+    if region is None:
+        return (*segments[:3], "", map_index)
+    return (*segments[:3], region.id, region.index)
+
+
+def _current_tries(task_instance: Any) -> list[Any]:
+    """Airflow 3.4 keeps each archived try of a task instance beside the current one (``working_set``)."""
+    return [task_instance.c.working_set.is_(True)] if "working_set" in task_instance.c else []
+
+
+def _place_columns(task_instance: Any) -> tuple[Any, Any]:
+    """``(region_id, index)`` columns: Airflow 3.4 stores ``region_index`` (its ``map_index`` is an alias of it)
+    and ``region_id``; older releases have ``map_index`` and no region."""
+    if "region_index" in task_instance.c:
+        return task_instance.c.region_id, task_instance.c.region_index
+    return None, task_instance.c.map_index
 
 
 def _tables() -> tuple[Any, Any]:
@@ -106,18 +144,25 @@ def _task_row(session: Any, identity: TaskIdentity) -> TaskRow | None:
     from sqlalchemy import select
 
     task_instance, _ = _tables()
+    region_column, index_column = _place_columns(task_instance)
+    where = [
+        task_instance.c.dag_id == identity.dag_id,
+        task_instance.c.run_id == identity.run_id,
+        task_instance.c.task_id == identity.task_id,
+        index_column == (identity.region.index if identity.region is not None else identity.map_index),
+        *_current_tries(task_instance),
+    ]
+    if identity.region is not None:
+        if region_column is None:
+            return None  # a loop's cache, read where Airflow has no loops
+        where.append(region_column == uuid.UUID(identity.region.id))
     found = session.execute(
         select(
             task_instance.c.state,
             task_instance.c.try_number,
             task_instance.c.custom_operator_name,
             task_instance.c.operator,
-        ).where(
-            task_instance.c.dag_id == identity.dag_id,
-            task_instance.c.run_id == identity.run_id,
-            task_instance.c.task_id == identity.task_id,
-            task_instance.c.map_index == identity.map_index,
-        )
+        ).where(*where)
     ).first()
     if found is None:
         return None
@@ -152,14 +197,15 @@ def states_of(caches: Iterable[CacheSummary]) -> dict[tuple[str, ...], str]:
     six for 1,000 caches of 1,000 runs.
     """
     from airflow.utils.session import create_session
-    from sqlalchemy import select
+    from sqlalchemy import null, select
 
     caches = list(caches)
     if not caches:
         return {}
     task_instance, dag_run = _tables()
+    region_column, index_column = _place_columns(task_instance)
     pairs = sorted({(cache.segments[0], cache.segments[1]) for cache in caches})
-    states: dict[tuple[str, ...], str] = {}
+    states: dict[tuple[Any, ...], str] = {}
     runs: set[tuple[str, str]] = set()
     with create_session() as session:
         for chunk in _chunks(pairs, _RUNS_PER_QUERY):
@@ -170,15 +216,18 @@ def states_of(caches: Iterable[CacheSummary]) -> dict[tuple[str, ...], str]:
                 task_instance.c.dag_id,
                 task_instance.c.run_id,
                 task_instance.c.task_id,
-                task_instance.c.map_index,
+                region_column if region_column is not None else null(),
+                index_column,
                 task_instance.c.state,
-            ).where(_of_runs(task_instance, chunk))
-            for dag_id, run_id, task_id, map_index, state in session.execute(found_tasks):
-                states[_key(TaskIdentity(dag_id, run_id, task_id, map_index))] = _state_name(state)
+            ).where(_of_runs(task_instance, chunk), *_current_tries(task_instance))
+            for dag_id, run_id, task_id, region_id, index, state in session.execute(found_tasks):
+                for key in _ti_keys(dag_id, run_id, task_id, region_id, index):
+                    states[key] = _state_name(state)
     result: dict[tuple[str, ...], str] = {}
     for cache in caches:
-        if cache.segments in states:
-            result[cache.segments] = states[cache.segments]
+        key = _cache_key(cache.segments)
+        if key in states:
+            result[cache.segments] = states[key]
         elif (cache.segments[0], cache.segments[1]) in runs:
             result[cache.segments] = NO_TASK_INSTANCE
         else:

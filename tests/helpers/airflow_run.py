@@ -102,10 +102,39 @@ def clear_and_rerun(dag: DAG, dr: DagRun, task_id: str, map_index: int = -1) -> 
 
     The DAG run is kept (``dag.test()`` would delete it and create a new one with the same run_id).
     """
-    from airflow.models.taskinstance import TaskInstance, clear_task_instances
     from airflow.sdk.definitions.dag import _run_task
     from airflow.utils.session import create_session
     from airflow.utils.state import TaskInstanceState
+
+    query = _current_try(dr, task_id, map_index)
+    previous_try = clear_task(dr, task_id, map_index)
+    with create_session() as session:
+        ti = session.scalars(query).one()
+        if ti.try_number == previous_try:  # Airflow 3.1-3.3: the scheduler adds one when it queues the try
+            ti.try_number += 1
+        ti.state = TaskInstanceState.SCHEDULED
+        session.commit()
+        _run_task(ti=ti, task=dag.task_dict[task_id])
+    with create_session() as session:
+        ti = session.scalars(query).one()
+        return (str(ti.state) if ti.state is not None else None, ti.try_number)
+
+
+def clear_task(dr: DagRun, task_id: str, map_index: int = -1) -> int:
+    """Clear a finished task instance of ``dr`` (as the UI or ``airflow tasks clear`` do) and nothing more:
+    it waits to be scheduled. Returns the try number it had before the clear."""
+    from airflow.models.taskinstance import clear_task_instances
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        cleared = session.scalars(_current_try(dr, task_id, map_index)).one()
+        previous_try = int(cleared.try_number)
+        clear_task_instances([cleared], session, dag_run_state=False)
+    return previous_try
+
+
+def _current_try(dr: DagRun, task_id: str, map_index: int) -> Any:
+    from airflow.models.taskinstance import TaskInstance
     from sqlalchemy import select
 
     query = select(TaskInstance).where(
@@ -114,14 +143,7 @@ def clear_and_rerun(dag: DAG, dr: DagRun, task_id: str, map_index: int = -1) -> 
         TaskInstance.task_id == task_id,
         TaskInstance.map_index == map_index,
     )
-    with create_session() as session:
-        clear_task_instances([session.scalars(query).one()], session, dag_run_state=False)
-    with create_session() as session:
-        ti = session.scalars(query).one()
-        ti.try_number += 1
-        ti.state = TaskInstanceState.SCHEDULED
-        session.commit()
-        _run_task(ti=ti, task=dag.task_dict[task_id])
-    with create_session() as session:
-        ti = session.scalars(query).one()
-        return (str(ti.state) if ti.state is not None else None, ti.try_number)
+    if hasattr(TaskInstance, "working_set"):
+        # Airflow 3.4 archives the cleared attempt and creates its successor (the next try number).
+        query = query.where(TaskInstance.working_set.is_(True))
+    return query

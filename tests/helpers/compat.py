@@ -119,3 +119,12 @@ def requires_approval_parking() -> pytest.MarkDecorator:
         reason=f"Airflow {installed} defers approvals to HITLTrigger, which dag.test() runs in-process without "
         "serving its GetHITLDetail request (a triggerer is needed); parking in awaiting_input needs 3.3",
     )
+
+
+def keep_task_state_to_resume() -> bool | None:
+    """The ``keep_task_state`` of a REST clear meant to resume from the durable cache.
+
+    Airflow 3.4's clear discards the task's state (and so its durable cache) unless asked to keep it; older
+    releases have no such field (None: send none).
+    """
+    return True if airflow_version() >= Version("3.4") else None

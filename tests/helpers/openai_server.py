@@ -1,8 +1,10 @@
 """A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for tests of the real client.
 
 Each POST to ``/v1/chat/completions`` is answered by ``script(request_json)``, which returns either
-``{"tool_calls": [(name, arguments_dict), ...]}`` or ``{"content": "text"}``. Response ids and
-``created`` timestamps change on every call, as a real provider's do.
+``{"tool_calls": [(name, arguments_dict), ...]}`` or ``{"content": "text"}``, or an error
+``{"status": 429, "error": {"message", "type", "code"}, "headers": {...}}`` (a rate limit, an
+overloaded provider...). Response ids and ``created`` timestamps change on every call, as a real
+provider's do.
 """
 
 from __future__ import annotations
@@ -28,8 +30,14 @@ class ScriptedOpenAIServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append(body)
                 answer = server.script(body)
-                payload = json.dumps(server._completion(body, answer, len(server.requests))).encode()
-                self.send_response(200)
+                if "status" in answer:
+                    payload = json.dumps({"error": answer.get("error", {"message": "error"})}).encode()
+                    self.send_response(int(answer["status"]))
+                    for name, value in answer.get("headers", {}).items():
+                        self.send_header(name, str(value))
+                else:
+                    payload = json.dumps(server._completion(body, answer, len(server.requests))).encode()
+                    self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()

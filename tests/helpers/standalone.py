@@ -328,13 +328,16 @@ class AirflowCluster:
             time.sleep(1)
         raise ClusterError(f"run {run_id} still {state!r} after {timeout} s:\n{self.tails()}")
 
-    def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
-        """Clear a finished task instance of ``run_id`` (as the UI's Clear does): the scheduler runs its next try."""
-        self._request(
-            "POST",
-            f"/api/v2/dags/{dag_id}/clearTaskInstances",
-            {"dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "reset_dag_runs": True},
-        )
+    def clear_task(self, dag_id: str, run_id: str, task_id: str, keep_task_state: bool | None = None) -> None:
+        """Clear a finished task instance of ``run_id`` (as the UI's Clear does): the scheduler runs its next try.
+
+        ``keep_task_state`` (Airflow 3.4): whether the task's task-state entries survive the clear; None sends
+        no such field (older releases refuse it).
+        """
+        body: dict[str, Any] = {"dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "reset_dag_runs": True}
+        if keep_task_state is not None:
+            body["keep_task_state"] = keep_task_state
+        self._request("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", body)
 
     def cli(self, *args: str, timeout: float = 300, program: str = "airflow") -> subprocess.CompletedProcess[str]:
         """Run ``airflow *args`` (or ``program *args``) against this cluster's home and metadata DB."""

@@ -38,6 +38,7 @@ LIST_KEYS = [
     "run_id",
     "task_id",
     "map_index",
+    "iteration",
     "entries",
     "model_steps",
     "tool_steps",

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers.compat import keep_task_state_to_resume
 from tests.helpers.standalone import AirflowCluster
 
 CHROMIUM = Path(os.environ.get("AIRFLOW_PYDANTIC_AI_CHROMIUM", "/usr/bin/chromium"))
@@ -226,7 +227,8 @@ def shoot(page: Any, name: str) -> None:
 
 
 def retry_and_wait(site: Site, run_id: str) -> None:
-    site.cluster.clear_task(DAG_ID, run_id, TASK_ID)
+    # A clear that keeps the cache the buttons left: Airflow 3.4 discards it unless keep_task_state is set.
+    site.cluster.clear_task(DAG_ID, run_id, TASK_ID, keep_task_state=keep_task_state_to_resume())
     state = site.cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT)
     assert state == "success", site.cluster.tails()
     ti = site.cluster.task_instance(DAG_ID, run_id, TASK_ID)

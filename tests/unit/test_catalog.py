@@ -11,19 +11,48 @@ import pytest
 from airflow_pydantic_ai.durable import CacheReader, StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.storage.catalog import list_caches
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
-from airflow_pydantic_ai.durable.storage.identity import is_shortened
+from airflow_pydantic_ai.durable.storage.identity import Region, is_shortened
+
+REGION = "01a21234-a320-7fb4-b672-5e1321900fa6"
 
 ODD_IDS = [
     TaskIdentity("etl", "manual__2026-11-22T04:00:00+00:00", "load", -1),
     TaskIdentity("my dag/ü", "scheduled__2026:x+y", "task.%25", 3),
     TaskIdentity(".", "..", "a%%b", 0),
     TaskIdentity("d", "r", "t", 10),
+    # Airflow 3.4 loops: an unmapped task (index = iteration), a mapped one (index = map index), an odd index.
+    TaskIdentity("d", "r", "group.t", -1, Region(REGION, 2, 2)),
+    TaskIdentity("d", "r", "group.t", 1, Region(REGION, 1, 0)),
+    TaskIdentity("d", "r", "group.t", -1, Region(REGION, 5, 1)),
+    TaskIdentity("d", "r", "group.t", -1, Region(REGION, 4, None)),
 ]
 
 
 @pytest.mark.parametrize("identity", ODD_IDS, ids=str)
 def test_from_segments_inverts_segments(identity: TaskIdentity) -> None:
     assert TaskIdentity.from_segments(identity.segments()) == identity
+
+
+def test_a_task_outside_any_region_keeps_the_layout_of_earlier_releases() -> None:
+    """Caches written before Airflow 3.4 (or outside a loop) keep their prefix, so they keep replaying."""
+    assert TaskIdentity("d", "r", "t", 3).segments() == ["d", "r", "t", "3"]
+    assert TaskIdentity("d", "r", "t", 3).owner() == ["d", "r", "t", 3]
+    assert Region.of("00000000-0000-0000-0000-000000000000", 3, None) is None
+    assert Region.of(None, -1, None) is None
+
+
+def test_each_iteration_and_map_index_of_a_loop_has_a_prefix_of_its_own() -> None:
+    other = "01a21234-b46a-7219-a286-94d219bd7a5b"
+    identities = [
+        TaskIdentity("d", "r", "t", -1, Region(REGION, 0, 0)),
+        TaskIdentity("d", "r", "t", -1, Region(REGION, 1, 1)),
+        TaskIdentity("d", "r", "t", 0, Region(other, 0, 0)),
+        TaskIdentity("d", "r", "t", 1, Region(other, 1, 0)),
+        TaskIdentity("d", "r", "t", -1),
+    ]
+    assert len({tuple(identity.segments()) for identity in identities}) == len(identities)
+    assert identities[1].place() == f"-1.loop1.{REGION}"
+    assert identities[1].describe().endswith("(loop iteration 1)")
 
 
 def test_a_shortened_id_cannot_be_read_back_but_still_matches() -> None:
@@ -42,6 +71,11 @@ def test_a_shortened_id_cannot_be_read_back_but_still_matches() -> None:
         ["d", "r", "t", "01"],
         ["d", "r", "t", "-1", "extra"],
         ["a b", "r", "t", "-1"],
+        ["d", "r", "t", "-2"],
+        ["d", "r", "t", f"-1.{REGION}"],  # a region needs an iteration or an index
+        ["d", "r", "t", f"-1.loop02.{REGION}"],
+        ["d", "r", "t", f"-1.loop2.r2.{REGION}"],  # the index is the iteration: never written out
+        ["d", "r", "t", f"-1.loop2.{REGION.upper()}"],
     ],
 )
 def test_from_segments_refuses_what_no_task_writes(segments: list[str]) -> None:

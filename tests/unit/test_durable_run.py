@@ -1071,6 +1071,18 @@ def test_whose_cache_it_is_follows_the_try_numbers(try_number, resuming, attempt
     assert cache_belongs_to_this_dag_run(attempts, ThisTry(try_number, resuming)) is belongs
 
 
+@pytest.mark.parametrize(("reschedules", "belongs"), [(0, False), (1, True), (3, True)])
+def test_a_rescheduled_try_owns_the_steps_of_its_own_try_number(reschedules, belongs):
+    """A reschedule (3.4 retry policy RESCHEDULE, AirflowRescheduleException) keeps the try number."""
+    from types import SimpleNamespace
+
+    from airflow_pydantic_ai.durability import ThisTry, cache_belongs_to_this_dag_run
+
+    ti = SimpleNamespace(try_number=1, _ti_context_from_server=None)
+    this_try = ThisTry.of(ti, reschedules=reschedules)
+    assert cache_belongs_to_this_dag_run([1], this_try) is belongs
+
+
 def test_a_cache_that_is_not_this_runs_is_deleted_with_one_warning(harness):
     calls: dict[str, int] = {}
     with pytest.raises(ConnectionError):

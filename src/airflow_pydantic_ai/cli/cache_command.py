@@ -35,6 +35,7 @@ LIST_COLUMNS = (
     "run_id",
     "task_id",
     "map_index",
+    "iteration",
     "entries",
     "model_steps",
     "tool_steps",
@@ -127,23 +128,42 @@ def _cutoff(age: str | None) -> dt.datetime | None:
 
 
 def _identity(args: Any) -> TaskIdentity:
-    return TaskIdentity(dag_id=args.dag_id, run_id=args.run_id, task_id=args.task_id, map_index=args.map_index)
+    """The task instance the arguments name; with ``--iteration``, its cache in that loop iteration (Airflow 3.4)."""
+    from airflow_pydantic_ai.cache_access import NoSuchIteration, open_cache
+
+    iteration = getattr(args, "iteration", None)
+    if iteration is None:
+        return TaskIdentity(dag_id=args.dag_id, run_id=args.run_id, task_id=args.task_id, map_index=args.map_index)
+    try:
+        return open_cache(args.dag_id, args.run_id, args.task_id, args.map_index, iteration=iteration).identity
+    except NoSuchIteration as error:
+        raise _UserError(str(error)) from None
+
+
+def _iterations_hint(identity: TaskIdentity) -> str:
+    """For a task whose plain cache is missing: the loop iterations it left caches in, if any."""
+    from airflow_pydantic_ai.cache_access import loop_caches
+
+    caches = loop_caches(_base(), identity.dag_id, identity.run_id, identity.task_id, identity.map_index)
+    iterations = sorted({cache.iteration for cache in caches if cache.iteration is not None})
+    if not iterations:
+        return ""
+    return f"; it ran in a loop and has caches of loop iterations {', '.join(map(str, iterations))}: add --iteration N"
 
 
 def _describe(identity: TaskIdentity) -> str:
-    return (
-        f"dag_id={identity.dag_id!r} run_id={identity.run_id!r} task_id={identity.task_id!r} "
-        f"map_index={identity.map_index}"
-    )
+    return identity.describe()
 
 
 def _open(identity: TaskIdentity) -> CacheAccess:
     """The task instance's cache, opened as the view opens it; :class:`_UserError` when there is none."""
     from airflow_pydantic_ai.cache_access import open_cache
 
-    access = open_cache(identity.dag_id, identity.run_id, identity.task_id, identity.map_index)
+    iteration = identity.region.iteration if identity.region is not None else None
+    access = open_cache(identity.dag_id, identity.run_id, identity.task_id, identity.map_index, iteration=iteration)
     if not access.reader.exists():
-        raise _UserError(f"no durable cache for {_describe(identity)} (looked at {access.location})")
+        hint = _iterations_hint(identity) if identity.region is None else ""
+        raise _UserError(f"no durable cache for {_describe(identity)} (looked at {access.location}){hint}")
     return access
 
 
@@ -175,6 +195,7 @@ def _list_row(cache: CacheSummary, state: str) -> dict[str, Any]:
         "run_id": cache.run_id,
         "task_id": cache.task_id,
         "map_index": cache.map_index,
+        "iteration": cache.iteration,
         "entries": cache.entries,
         "model_steps": cache.model_steps,
         "tool_steps": cache.tool_steps,
@@ -317,6 +338,7 @@ def cache_gc(args: Any) -> None:
                 "run_id": cache.run_id,
                 "task_id": cache.task_id,
                 "map_index": cache.map_index,
+                "iteration": cache.iteration,
                 "task_state": states[cache.segments],
                 "bytes": cache.size,
                 "location": cache.location,

@@ -39,6 +39,13 @@ ARG_TASK_ID = Arg(("task_id",), help="The task id")
 ARG_MAP_INDEX = Arg(
     ("--map-index",), type=int, default=-1, help="The map index of a mapped task instance (default: -1, unmapped)"
 )
+ARG_ITERATION = Arg(
+    ("--iteration",),
+    type=int,
+    default=None,
+    metavar="N",
+    help="The loop iteration (0-based) of a task inside an Airflow 3.4 task-group loop (cache list shows them)",
+)
 ARG_FILTER_DAG_ID = Arg(("--dag-id",), help="Only the caches of this dag")
 ARG_FILTER_RUN_ID = Arg(("--run-id",), help="Only the caches of this DAG run")
 ARG_FILTER_TASK_ID = Arg(("--task-id",), help="Only the caches of this task")
@@ -78,13 +85,33 @@ CACHE_COMMANDS = (
         name="show",
         help="Show the steps of a task instance's durable cache in recorded order, or one step decoded",
         func=lazy_load_command(f"{_COMMANDS}.cache_show"),
-        args=(ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_MAP_INDEX, ARG_STEP, ARG_FULL, ARG_RAW, ARG_OUTPUT),
+        args=(
+            ARG_DAG_ID,
+            ARG_RUN_ID,
+            ARG_TASK_ID,
+            ARG_MAP_INDEX,
+            ARG_ITERATION,
+            ARG_STEP,
+            ARG_FULL,
+            ARG_RAW,
+            ARG_OUTPUT,
+        ),
     ),
     ActionCommand(
         name="rm",
         help="Delete a task instance's durable cache (its next try runs live), or only from step N on",
         func=lazy_load_command(f"{_COMMANDS}.cache_rm"),
-        args=(ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_MAP_INDEX, ARG_FROM_STEP, ARG_DRY_RUN, ARG_YES, ARG_FORCE),
+        args=(
+            ARG_DAG_ID,
+            ARG_RUN_ID,
+            ARG_TASK_ID,
+            ARG_MAP_INDEX,
+            ARG_ITERATION,
+            ARG_FROM_STEP,
+            ARG_DRY_RUN,
+            ARG_YES,
+            ARG_FORCE,
+        ),
     ),
     ActionCommand(
         name="gc",

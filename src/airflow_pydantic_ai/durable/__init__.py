@@ -34,10 +34,12 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, TryEnding, latest_attempt, record_ending
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
     from airflow_pydantic_ai.durable.storage.identity import (
+        Region,
         TaskIdentity,
         id_segment,
         is_shortened,
         make_private_folders,
+        parse_place,
     )
     from airflow_pydantic_ai.durable.storage.reader import CacheReader, StepDetail, StepInfo
     from airflow_pydantic_ai.durable.storage.store import StepStore
@@ -57,6 +59,7 @@ __all__ = [
     "DurableError",
     "DurableRun",
     "DurableStorageError",
+    "Region",
     "StepDetail",
     "StepInfo",
     "StepStore",
@@ -73,6 +76,7 @@ __all__ = [
     "list_caches",
     "live_tool",
     "make_private_folders",
+    "parse_place",
     "plural",
     "record_ending",
     "run_agent",
@@ -81,6 +85,8 @@ __all__ = [
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
+    "Region": "storage.identity",
+    "parse_place": "storage.identity",
     "ApprovalTimedOut": "errors",
     "ApprovalsUnsupported": "errors",
     "AttemptRecord": "storage.attempts",

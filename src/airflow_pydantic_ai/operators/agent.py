@@ -65,6 +65,11 @@ class AgentOperator(BaseOperator):
         (``requires_approval=True``, ``ApprovalRequired``); None waits without limit. Needs ``durable=True``.
     :param on_approval_timeout: ``"fail"`` (default) fails the task when nobody answered in time;
         ``"reject"`` rejects the pending calls (the model is told so) and the run goes on.
+    :param on_clear: What a try started by clearing the task does with its cache: ``"resume"`` (replay what
+        was recorded) or ``"fresh"`` (discard it, run every step live). None (default) uses ``[pydantic_ai]
+        on_clear`` (``resume`` unless set). On Airflow 3.4 the person who clears decides instead
+        (``keep_task_state``); this applies there only when the task-state store cannot be read. Retries
+        are never affected. See ``docs/durability.rst``.
     :param approval_assigned_users: Who may answer (Airflow's ``HITLUser`` dicts ``{"id": ..., "name": ...}``);
         empty: anyone allowed by the auth manager to answer human-in-the-loop requests of this DAG.
     """
@@ -92,9 +97,16 @@ class AgentOperator(BaseOperator):
         approval_timeout: timedelta | None = None,
         on_approval_timeout: str = "fail",
         approval_assigned_users: Any = None,
+        on_clear: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if on_clear is not None:
+            from airflow_pydantic_ai.clear_policy import ON_CLEAR_CHOICES
+
+            if on_clear not in ON_CLEAR_CHOICES:
+                raise ValueError(f"AgentOperator on_clear={on_clear!r} is not one of {', '.join(ON_CLEAR_CHOICES)}")
+        self.on_clear = on_clear
         from airflow_pydantic_ai.approval import ApprovalSettings
 
         self.approval = ApprovalSettings.checked(approval_timeout, on_approval_timeout, approval_assigned_users)
@@ -171,7 +183,11 @@ class AgentOperator(BaseOperator):
             # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
             # the prompt or the agent fails to build (try 2 could not tell it apart any more).
             run = start_durable_run(
-                context, log=self.log, cache_path=self.durable_cache_path, resuming=resume is not None
+                context,
+                log=self.log,
+                cache_path=self.durable_cache_path,
+                resuming=resume is not None,
+                on_clear=self.on_clear,
             )
         except BaseException:
             # Every durable attempt logs its summary, also one that failed before any step ran.

@@ -35,6 +35,7 @@ from airflow_pydantic_ai.ui.pages import (
     TaskRef,
     ViewData,
     confirmation_page,
+    iterations_page,
     message_page,
     view_page,
 )
@@ -115,30 +116,58 @@ def _authorize(user: Any, dag_id: str, method: str) -> None:
         raise HTTPException(403, f"You may not {verb} the task instances of DAG {dag_id!r}")
 
 
-def _identity(task: TaskRef) -> Any:
+def _identity(task: TaskRef, region: Any = None) -> Any:
     from airflow_pydantic_ai.durable import TaskIdentity
 
-    return TaskIdentity(dag_id=task.dag_id, run_id=task.run_id, task_id=task.task_id, map_index=task.map_index)
+    return TaskIdentity(
+        dag_id=task.dag_id, run_id=task.run_id, task_id=task.task_id, map_index=task.map_index, region=region
+    )
 
 
-def _task_row(task: TaskRef) -> TaskRow:
-    """The task instance's row from the metadata DB; 404 when there is none."""
+def _task_row(task: TaskRef, region: Any = None) -> TaskRow:
+    """The task instance's row from the metadata DB; 404 when there is none.
+
+    ``region``: the cache's region (a loop iteration's, Airflow 3.4), which names the task instance there.
+    """
     from airflow_pydantic_ai.task_states import task_row
 
-    row = task_row(_identity(task))
+    row = task_row(_identity(task, region))
     if row is None:
         raise _Refusal(404, "No such task instance", "There is no task instance with these ids.", None)
     return row
 
 
 def _open(task: TaskRef) -> CacheAccess:
-    from airflow_pydantic_ai.cache_access import OutsideCacheBase, open_cache
+    from airflow_pydantic_ai.cache_access import NoSuchIteration, OutsideCacheBase, open_cache
     from airflow_pydantic_ai.durable import DurableConfigError
 
     try:
-        return open_cache(task.dag_id, task.run_id, task.task_id, task.map_index)
+        return open_cache(task.dag_id, task.run_id, task.task_id, task.map_index, iteration=task.iteration)
+    except NoSuchIteration as error:
+        raise _Refusal(404, "No cache in this loop iteration", str(error), task) from None
     except (DurableConfigError, OutsideCacheBase) as error:
         raise _Refusal(503, "The durable cache cannot be opened", str(error), task) from None
+
+
+def _opened_task(task: TaskRef) -> tuple[CacheAccess, TaskRow]:
+    """The cache and the task instance's row; a loop iteration's task instance is found through its cache."""
+    if task.iteration is None:
+        row = _task_row(task)
+        return _open(task), row
+    access = _open(task)
+    return access, _task_row(task, access.identity.region)
+
+
+def _loop_iterations(task: TaskRef) -> list[int]:
+    """The loop iterations (Airflow 3.4) the task left caches in; [] when it never ran in a loop."""
+    from airflow_pydantic_ai.cache_access import loop_caches
+    from airflow_pydantic_ai.durability import open_cache_base
+
+    try:
+        caches = loop_caches(open_cache_base(), task.dag_id, task.run_id, task.task_id, task.map_index)
+    except Exception:
+        return []
+    return sorted({cache.iteration for cache in caches if cache.iteration is not None})
 
 
 def _tokens() -> FormTokens:
@@ -191,13 +220,14 @@ def create_app() -> FastAPI:
             return _html(page, error.status_code)
         return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=_SECURITY_HEADERS)
 
-    def task_ref(dag_id: str, run_id: str, task_id: str, map_index: str) -> TaskRef:
+    def task_ref(dag_id: str, run_id: str, task_id: str, map_index: str, iteration: int | None = None) -> TaskRef:
         return TaskRef(
             dag_id=dag_id,
             run_id=_compat.run_id_from_view_link(run_id),
             task_id=task_id,
             map_index=_map_index(map_index),
             root=_root(),
+            iteration=iteration,
         )
 
     @app.get("/static/{name}")
@@ -218,11 +248,18 @@ def create_app() -> FastAPI:
         step: int | None = None,
         raw: bool = False,
         done: str = "",
+        iteration: int | None = Query(default=None, ge=0),
     ) -> Response:
         _authorize(user, dag_id, "GET")
-        task = task_ref(dag_id, run_id, task_id, map_index)
-        row = _task_row(task)
-        access = _open(task)
+        task = task_ref(dag_id, run_id, task_id, map_index, iteration)
+        try:
+            access, row = _opened_task(task)
+        except _Refusal as refusal:
+            # A task in an Airflow 3.4 loop: the UI's link names no iteration; offer each iteration's cache.
+            iterations = _loop_iterations(task) if refusal.status == 404 and iteration is None else []
+            if not iterations:
+                raise
+            return _html(iterations_page(task, iterations, f"{task.root}/static"))
         from airflow_pydantic_ai.durable import latest_attempt
 
         steps = access.reader.steps()
@@ -256,11 +293,13 @@ def create_app() -> FastAPI:
         action: str = Query(pattern="^(delete|fork)$"),
         map_index: str = "-1",
         step: int | None = None,
+        iteration: int | None = Query(default=None, ge=0),
     ) -> Response:
         _authorize(user, dag_id, "PUT")
-        task = task_ref(dag_id, run_id, task_id, map_index)
-        _refuse_active(task, _task_row(task).state)
-        steps = _open(task).reader.steps()
+        task = task_ref(dag_id, run_id, task_id, map_index, iteration)
+        access, row = _opened_task(task)
+        _refuse_active(task, row.state)
+        steps = access.reader.steps()
         if action == "delete":
             title = "Delete the durable cache?"
             explanation = (
@@ -293,12 +332,14 @@ def create_app() -> FastAPI:
         task_id: str = Query(min_length=1),
         map_index: str = "-1",
         form_token: str = Form(default=""),
+        iteration: int | None = Query(default=None, ge=0),
     ) -> Response:
         _authorize(user, dag_id, "PUT")
-        task = task_ref(dag_id, run_id, task_id, map_index)
+        task = task_ref(dag_id, run_id, task_id, map_index, iteration)
         _check_post(request, user, form_token, "delete", (*_target(task), ""))
-        _refuse_active(task, _task_row(task).state)
-        count = _open(task).reader.delete_all()
+        access, row = _opened_task(task)
+        _refuse_active(task, row.state)
+        count = access.reader.delete_all()
         return RedirectResponse(task.url(done=f"deleted:{count}"), status_code=303)
 
     @app.post("/fork")
@@ -311,12 +352,14 @@ def create_app() -> FastAPI:
         step: int = Query(ge=1),
         map_index: str = "-1",
         form_token: str = Form(default=""),
+        iteration: int | None = Query(default=None, ge=0),
     ) -> Response:
         _authorize(user, dag_id, "PUT")
-        task = task_ref(dag_id, run_id, task_id, map_index)
+        task = task_ref(dag_id, run_id, task_id, map_index, iteration)
         _check_post(request, user, form_token, "fork", (*_target(task), str(step)))
-        _refuse_active(task, _task_row(task).state)
-        deleted = _open(task).reader.delete_from(step)
+        access, row = _opened_task(task)
+        _refuse_active(task, row.state)
+        deleted = access.reader.delete_from(step)
         return RedirectResponse(task.url(done=f"forked:{step}:{len(deleted)}"), status_code=303)
 
     return app
@@ -339,7 +382,8 @@ def _notice(done: str) -> str:
 
 
 def _target(task: TaskRef) -> tuple[str, ...]:
-    return (task.dag_id, task.run_id, task.task_id, str(task.map_index))
+    target = (task.dag_id, task.run_id, task.task_id, str(task.map_index))
+    return target if task.iteration is None else (*target, f"loop{task.iteration}")
 
 
 def _refuse_active(task: TaskRef, state: str | None) -> None:

@@ -14,7 +14,16 @@ from urllib.parse import urlencode
 
 from airflow_pydantic_ai.durable import AttemptRecord, StepInfo
 
-__all__ = ["Confirmation", "TaskRef", "ViewData", "confirmation_page", "message_page", "state_label", "view_page"]
+__all__ = [
+    "Confirmation",
+    "TaskRef",
+    "ViewData",
+    "confirmation_page",
+    "iterations_page",
+    "message_page",
+    "state_label",
+    "view_page",
+]
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,8 @@ class TaskRef:
     map_index: int
     root: str
     """The URL path this view is mounted at (``/pydantic-ai/cache``)."""
+    iteration: int | None = None
+    """The loop iteration (Airflow 3.4 task-group loops); None outside a loop."""
 
     def query(self, **extra: object) -> str:
         values: dict[str, object] = {
@@ -35,6 +46,8 @@ class TaskRef:
             "task_id": self.task_id,
             "map_index": self.map_index,
         }
+        if self.iteration is not None:
+            values["iteration"] = self.iteration
         values.update({key: value for key, value in extra.items() if value is not None})
         return urlencode(values)
 
@@ -43,7 +56,8 @@ class TaskRef:
 
     def label(self) -> str:
         mapped = f" [{self.map_index}]" if self.map_index >= 0 else ""
-        return f"{self.dag_id} / {self.run_id} / {self.task_id}{mapped}"
+        looped = f" (loop iteration {self.iteration})" if self.iteration is not None else ""
+        return f"{self.dag_id} / {self.run_id} / {self.task_id}{mapped}{looped}"
 
 
 @dataclass
@@ -223,6 +237,21 @@ def message_page(task: TaskRef | None, title: str, message: str, static: str) ->
     header = _header(task) if task is not None else "<header><h1>Durable cache</h1></header>"
     body = f"{header}<section><h2>{escape(title)}</h2><p>{escape(message)}</p>{back}</section>"
     return _page(title, body, static)
+
+
+def iterations_page(task: TaskRef, iterations: list[int], static: str) -> str:
+    """A task that ran in a loop (Airflow 3.4) has one cache per iteration: links to each."""
+    links = "".join(
+        f'<li><a href="{escape(TaskRef(**{**task.__dict__, "iteration": number}).url())}">'
+        f"Loop iteration {number}</a></li>"
+        for number in iterations
+    )
+    body = (
+        f"{_header(task)}<section><h2>One cache per loop iteration</h2>"
+        "<p>This task runs inside a task-group loop; each iteration records its own steps.</p>"
+        f'<ul class="iterations">{links}</ul></section>'
+    )
+    return _page("Durable cache", body, static)
 
 
 def _static(task: TaskRef) -> str:

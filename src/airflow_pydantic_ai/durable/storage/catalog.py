@@ -1,7 +1,8 @@
 """Every task instance cache under a base location, from one recursive listing.
 
 What ``airflow pydantic-ai cache list`` and ``cache gc`` start from. A cache is a folder exactly four
-segments below the base (``{dag_id}/{run_id}/{task_id}/{map_index}/``, as
+segments below the base (``{dag_id}/{run_id}/{task_id}/{place}/``: the map index, with the loop
+iteration and region inside an Airflow 3.4 loop, as
 :meth:`~airflow_pydantic_ai.durable.storage.identity.TaskIdentity.segments` names it) holding at least one
 entry, by the entry format's one rule (:func:`~airflow_pydantic_ai.durable.storage.entry.is_entry_name`), or
 a pack of entries (whose name says how many of each kind it holds, so a packed cache is counted in steps
@@ -18,18 +19,19 @@ never changes anything.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 from airflow_pydantic_ai.durable.storage.entry import entry_kind, parse_pack_name
-from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, id_segment, is_shortened
+from airflow_pydantic_ai.durable.storage.identity import Region, TaskIdentity, id_segment, is_shortened, parse_place
 from airflow_pydantic_ai.durable.storage.store import StepStore, modified_time
 
 __all__ = ["CacheSummary", "list_caches"]
 
 _DEPTH = 4
-"""Folders between the base and an entry: dag, run, task, map index."""
+"""Folders between the base and an entry: dag, run, task, place (map index, loop iteration)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class CacheSummary:
     """One task instance's cache, as the listing shows it."""
 
     segments: tuple[str, str, str, str]
-    """The path segments under the base (dag, run, task, map index)."""
+    """The path segments under the base (dag, run, task, place)."""
     identity: TaskIdentity | None
     """The task instance; None when an id was too long and is stored shortened (find it by :meth:`matches`)."""
     entries: int
@@ -67,7 +69,18 @@ class CacheSummary:
 
     @property
     def map_index(self) -> int:
-        return int(self.segments[3])
+        return parse_place(self.segments[3])[0]
+
+    @property
+    def region(self) -> Region | None:
+        """Inside an Airflow 3.4 loop: the iteration's region; None otherwise."""
+        return parse_place(self.segments[3])[1]
+
+    @property
+    def iteration(self) -> int | None:
+        """The loop iteration (0-based) of a task instance inside a loop; None outside any loop."""
+        region = self.region
+        return None if region is None else region.iteration
 
     def matches(self, dag_id: str | None = None, run_id: str | None = None, task_id: str | None = None) -> bool:
         """Whether the cache belongs to these ids (None matches any); works for shortened ids too."""
@@ -99,14 +112,19 @@ class _Tally:
     last_written: dt.datetime | None = None
 
 
-def list_caches(fs: Any, base: str, base_url: str) -> list[CacheSummary]:
-    """Every cache under ``base`` (a path on ``fs``, known to people as ``base_url``), sorted by path."""
+def list_caches(fs: Any, base: str, base_url: str, *, within: Sequence[str] = ()) -> list[CacheSummary]:
+    """Every cache under ``base`` (a path on ``fs``, known to people as ``base_url``), sorted by path.
+
+    ``within``: only the caches under these first segments (``TaskIdentity.segments()[:3]``: one task's
+    caches, such as the iterations of a loop), listing only that prefix.
+    """
     root = base.rstrip("/")
+    listed = "/".join([root, *within])
     invalidate = getattr(fs, "invalidate_cache", None)
     if invalidate is not None:
-        invalidate(root)  # object-store filesystems cache listings per process
+        invalidate(listed)  # object-store filesystems cache listings per process
     try:
-        listing = fs.find(root, detail=True)
+        listing = fs.find(listed, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return []
     tallies: dict[tuple[str, ...], _Tally] = {}

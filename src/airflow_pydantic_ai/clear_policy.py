@@ -1,0 +1,155 @@
+"""What a durable task does with its cache when a person cleared it: resume from it, or start over.
+
+A clear starts a new series of tries of the task instance (Airflow sets ``max_tries`` to the last try
+number plus the task's ``retries``), so the first try of a series after try 1 is a cleared try; a
+retry, a reschedule and a resume after a deferral or a human-input wait are not, and never discard
+anything.
+
+- Airflow 3.4 asks the person who clears: the REST API and the UI clear a task instance's task-state
+  entries unless ``keep_task_state=true``. Every try of a durable task leaves a marker in its task-state
+  store (:data:`MARKER_KEY`); a cleared try that no longer finds it was cleared with
+  ``keep_task_state=false`` and discards its cache, one that finds it resumes. Clears that keep task
+  state in 3.4 (a DAG run clear, ``airflow tasks clear``) resume.
+- Airflow 3.1-3.3 do not ask: ``[pydantic_ai] on_clear`` (or the task's ``on_clear=`` argument)
+  decides, ``resume`` by default (what clearing did before this option existed). On 3.4 the option
+  applies only when the task-state store cannot be read.
+
+Every cleared try says in its log which happened and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_pydantic_ai import _compat
+from airflow_pydantic_ai.durable import DurableConfigError, describe_error
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable import StepStore, TaskLogger
+
+__all__ = [
+    "MARKER_KEY",
+    "ON_CLEAR_CHOICES",
+    "ClearDecision",
+    "decide_after_clear",
+    "discard_after_clear",
+    "is_cleared_try",
+    "log_resume_after_clear",
+    "on_clear_option",
+]
+
+ON_CLEAR_CHOICES = ("resume", "fresh")
+DEFAULT_ON_CLEAR = "resume"
+MARKER_KEY = "airflow_pydantic_ai.durable"
+"""The task-state key every try of a durable task writes on Airflow 3.4 (its value: the try number)."""
+
+
+def on_clear_option(override: str | None = None) -> str:
+    """``on_clear=`` when given, else ``[pydantic_ai] on_clear``; raises ``DurableConfigError`` naming the fix."""
+    from airflow.configuration import conf
+
+    where = "the task's on_clear= argument" if override is not None else "[pydantic_ai] on_clear"
+    raw = override if override is not None else conf.get("pydantic_ai", "on_clear", fallback=DEFAULT_ON_CLEAR)
+    value = str(raw or "").strip().lower() or DEFAULT_ON_CLEAR
+    if value not in ON_CLEAR_CHOICES:
+        raise DurableConfigError(f"{where} {raw!r} is not one of {', '.join(ON_CLEAR_CHOICES)}")
+    return value
+
+
+def is_cleared_try(ti: Any) -> bool:
+    """Whether this try is the first of a series a clear started (not try 1, not a retry).
+
+    Airflow sets ``max_tries = try_number - 1 + retries`` on a clear, and leaves it on a retry. When the
+    numbers cannot be read, no try counts as cleared (nothing is discarded).
+    """
+    from airflow_pydantic_ai.durability import first_try_of_a_series
+
+    try:
+        try_number = int(ti.try_number)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return try_number > 1 and first_try_of_a_series(ti) is True
+
+
+@dataclass(frozen=True)
+class ClearDecision:
+    """What a cleared try does with its cache, and why (for the log)."""
+
+    fresh: bool
+    why: str
+    """``cleared with keep_task_state=false``, ``cleared with [pydantic_ai] on_clear = resume``..."""
+
+
+def decide_after_clear(context: Any, on_clear: str | None, *, cleared: bool) -> ClearDecision | None:
+    """The decision for a cleared try (None for any other try); leaves this try's marker on Airflow 3.4.
+
+    Checks ``on_clear`` on every try, so a wrong value fails the first try, not a clear weeks later.
+    """
+    option = on_clear_option(on_clear)
+    asks = _asks_the_person()
+    kept = _task_state_kept(context) if cleared and asks else None
+    if asks:
+        _leave_marker(context)
+    if not cleared:
+        return None
+    if kept is not None:
+        return ClearDecision(fresh=not kept, why=f"cleared with keep_task_state={'true' if kept else 'false'}")
+    source = "on_clear=" if on_clear is not None else "[pydantic_ai] on_clear = "
+    return ClearDecision(fresh=option == "fresh", why=f"cleared with {source}{option}")
+
+
+def discard_after_clear(store: StepStore, decision: ClearDecision, log: TaskLogger) -> None:
+    """Delete the cache of a task cleared to start over, saying so in the task log."""
+    try:
+        existed = store.exists()
+        if existed:
+            store.clear()
+    except Exception as error:
+        log.error(
+            "Durable: %s, but the cache at %s could not be discarded (%s); delete it by hand to start over",
+            decision.why,
+            store.location,
+            describe_error(error),
+        )
+        return
+    if existed:
+        log.info("Durable: %s: the cache was discarded; every step runs live", decision.why)
+    else:
+        log.info("Durable: %s: there was no cache to discard", decision.why)
+
+
+def log_resume_after_clear(decision: ClearDecision, steps_found: int, log: TaskLogger) -> None:
+    """The line of a cleared try that keeps its cache."""
+    if steps_found:
+        log.info(
+            "Durable: resumed from the cache after a clear (%s): %d recorded steps replay", decision.why, steps_found
+        )
+    else:
+        log.info("Durable: %s: the cache is kept, but it holds no recorded step", decision.why)
+
+
+def _asks_the_person() -> bool:
+    """Airflow 3.4 asks the person who clears whether to keep the task's state (``keep_task_state``)."""
+    return _compat.airflow_version_at_least(3, 4)
+
+
+def _task_state_kept(context: Any) -> bool | None:
+    """Whether this task instance's marker survived the clear; None when the task-state store cannot be read."""
+    store = context.get("task_state_store") if hasattr(context, "get") else None
+    if store is None:
+        return None
+    try:
+        return store.get(MARKER_KEY) is not None
+    except Exception:
+        return None
+
+
+def _leave_marker(context: Any) -> None:
+    store = context.get("task_state_store") if hasattr(context, "get") else None
+    if store is None:
+        return
+    try:
+        store.set(MARKER_KEY, {"try": int(getattr(context.get("ti"), "try_number", 0) or 0)})
+    except Exception:  # the marker only informs a later clear; never fail a try over it
+        return

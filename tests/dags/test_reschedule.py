@@ -1,0 +1,90 @@
+"""A rescheduled try replays what its earlier runs recorded (every Airflow release).
+
+A reschedule (a retry policy's ``RetryAction.RESCHEDULE`` on Airflow 3.4, a task raising
+``AirflowRescheduleException`` on any release) runs the same try again later under the same try number.
+Its steps were recorded under that try number, which a new try 1 of a DAG run created again with the
+same run_id would also find: the reschedule count tells the two apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.toolsets import FunctionToolset
+from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+SUMMARY = re.compile(
+    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
+    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
+)
+CALLS: Counter[str] = Counter()
+
+
+@pytest.fixture(autouse=True)
+def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    base = tmp_path / "durable-cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    CALLS.clear()
+    return base
+
+
+def _reschedule_exception() -> type[Exception]:
+    try:
+        from airflow.sdk.exceptions import AirflowRescheduleException
+    except ImportError:  # Airflow 3.1 keeps it in core
+        from airflow.exceptions import AirflowRescheduleException  # type: ignore[no-redef]
+    return AirflowRescheduleException  # type: ignore[no-any-return]
+
+
+def fetch_ticket(ticket_id: int) -> dict[str, Any]:
+    """Fetch a ticket."""
+    CALLS["fetch_ticket"] += 1
+    return {"id": ticket_id, "title": "Login page times out"}
+
+
+def notify_team(ticket_id: int) -> str:
+    """Notify the team; the chat API asks to come back later the first time."""
+    CALLS["notify_team"] += 1
+    if CALLS["notify_team"] == 1:
+        raise _reschedule_exception()(reschedule_date=datetime.now(tz=UTC))
+    return "posted"
+
+
+def test_a_rescheduled_try_replays_its_own_steps(capfd, cache_base):
+    from airflow.sdk import DAG
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    with DAG(
+        dag_id="e2e_rescheduled_try",
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        default_args={"retries": 1, "retry_delay": timedelta(0)},
+    ) as dag:
+        AgentOperator(
+            task_id="triage",
+            prompt="Triage ticket 42.",
+            model_id="test",
+            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
+            durable=True,
+        )
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert task_states(dr)[("triage", -1)] == ("success", 1), "a reschedule keeps the try number"
+    assert "left by an earlier run" not in out
+    # Run 1 of try 1: the model step and fetch_ticket recorded, notify_team asked to reschedule.
+    # Run 2 of try 1 (rescheduled): both replayed; notify_team and the final answer run live.
+    found = [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(out)]
+    assert found == [(0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)]
+    assert CALLS == {"fetch_ticket": 1, "notify_team": 2}
+    assert "posted" in xcom_value(dr, "triage")
