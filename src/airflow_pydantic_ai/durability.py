@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from airflow_pydantic_ai.durable import DurableRun
     from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+    from airflow_pydantic_ai.durable_modes import ModeSettings
 
 __all__ = [
     "CONFIG_SECTION",
@@ -325,12 +326,18 @@ def task_identity(ti: Any) -> TaskIdentity:
 
 
 def start_durable_run(
-    context: Any, *, log: TaskLogger, cache_path: str | None = None, resuming: bool = False
+    context: Any,
+    *,
+    log: TaskLogger,
+    cache_path: str | None = None,
+    resuming: bool = False,
+    modes: ModeSettings | None = None,
 ) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
     ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
-    so the cache holds this very try's steps and must be kept.
+    so the cache holds this very try's steps and must be kept. ``modes``: the task's ``durable_mode`` and
+    fixtures (``durable_modes.py``).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai.durable import DurableRun, secret_check
@@ -358,7 +365,9 @@ def start_durable_run(
             "Durable: this task has retries=0: a retry is what replays the recorded steps, so set retries >= 1 "
             "for durability to pay off (until then only clearing the task resumes from the cache)"
         )
-    return DurableRun.open(
+    if modes is not None:  # durable_mode = record: empty the cache first
+        modes.before_open(store, log)
+    run = DurableRun.open(
         store,
         attempt=this_try.try_number or 1,
         log=log,
@@ -370,3 +379,6 @@ def start_durable_run(
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
     )
+    if modes is not None:  # durable_mode and fixtures: the policy, the fixture's steps
+        modes.start(run, identity, log)
+    return run

@@ -50,6 +50,8 @@ def run_agent(
     :param capabilities: Further capabilities for the run (the durable one is innermost whatever their order).
     :param run_arguments: Further ``agent.run_sync`` arguments (``model``, ``deps``, ``event_stream_handler``).
     """
+    if agent.name:  # durable_mode: a replay miss names the agent
+        run.policy.agent = agent.name
     try:
         return run_until_decision_needed(
             agent,

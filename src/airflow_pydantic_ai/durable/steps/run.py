@@ -33,6 +33,7 @@ from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
 from airflow_pydantic_ai.durable.steps.cleanup import delete_after_success, discard_earlier_run, tidy_failed_try
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
+from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
@@ -64,6 +65,8 @@ class DurableRun:
     run_task: asyncio.Task[Any] | None = field(default=None, repr=False)
     """The asyncio task of the agent run (set when it starts): a cancelled run stops waiting for tool threads."""
     finished: bool = field(default=False, repr=False)
+    policy: ReplayPolicy = field(default_factory=ReplayPolicy, repr=False)
+    """What a step with no recorded entry does (``durable_mode``, see ``mode.py``)."""
 
     @classmethod
     def open(
@@ -182,6 +185,9 @@ class DurableRun:
         self.last_answer = LastAnswer(number=self.keys.model_steps + 1)
         self.ledger.pending_tool_replays = 0
         place = self.keys.next_model_key(model, messages, settings, parameters)
+        # durable_mode: keep the texts for a diff; in replay mode, fail here, before any live call.
+        self.policy.note_request(place, messages)
+        self.policy.check_model_step(place, self.entries, messages)
         step = ModelStep(run=self, place=place)
         if place.failure is not None:
             self.log.warning(
@@ -232,8 +238,10 @@ class DurableRun:
         except FingerprintError as error:
             self.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
             return step
+        # durable_mode: in replay mode, a call with no entry fails here; a tool named live ignores its entry.
+        self.policy.check_call_step(label, name, step.key, self.entries)
         entry = self.entries.get(step.entry_name)
-        if entry is not None:
+        if entry is not None and not self.policy.runs_live(name):
             step.load(entry)
         return step
 
