@@ -15,10 +15,14 @@ from typing import Any
 __all__ = [
     "airflow_version_at_least",
     "cli_command_prefix",
+    "ensure_metadata_db",
     "get_fernet",
+    "load_dags",
+    "read_xcom",
     "redact",
     "run_id_from_view_link",
     "storage_conn_id",
+    "store_dag",
 ]
 
 
@@ -86,3 +90,64 @@ def storage_conn_id(path: Any) -> str | None:
     if airflow_version_at_least(3, 2):
         return path.conn_id
     return path.storage_options.get("conn_id")
+
+
+def _dagbag_api() -> tuple[Any, Any]:
+    """``(DagBag, sync_bag_to_db)``: in ``airflow.dag_processing.dagbag`` from 3.2, ``airflow.models.dagbag`` before."""
+    if airflow_version_at_least(3, 2):
+        from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    else:
+        from airflow.models.dagbag import DagBag, sync_bag_to_db  # type: ignore[no-redef]
+    return DagBag, sync_bag_to_db
+
+
+def load_dags(path: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The DAGs a file or folder defines, by dag id, and its import errors (file -> error)."""
+    dagbag_class, _ = _dagbag_api()
+    bag = dagbag_class(dag_folder=path, include_examples=False)
+    return dict(bag.dags), dict(bag.import_errors)
+
+
+def store_dag(dag: Any) -> None:
+    """Store ``dag`` (serialized DAG and version) in the metadata DB under the ``dags-folder`` bundle, which
+    ``dag.test()`` needs for a DAG it did not find in a bundle folder itself."""
+    import os
+
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+
+    dagbag_class, sync_bag_to_db = _dagbag_api()
+    DagBundlesManager().sync_bundles_to_db()
+    bag = dagbag_class(dag_folder=os.devnull, include_examples=False, collect_dags=False)
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, "dags-folder", None)
+
+
+def read_xcom(dag_id: str, run_id: str, task_id: str, key: str, map_index: int = -1, default: Any = None) -> Any:
+    """An XCom of a finished task instance from the metadata DB, decoded as a task would read it."""
+    from airflow.models.xcom import XComModel
+    from airflow.sdk.execution_time.xcom import XCom
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(
+            select(XComModel).where(
+                XComModel.dag_id == dag_id,
+                XComModel.run_id == run_id,
+                XComModel.task_id == task_id,
+                XComModel.map_index == map_index,
+                XComModel.key == key,
+            )
+        ).one_or_none()
+        return default if row is None else XCom.deserialize_value(row)
+
+
+def ensure_metadata_db() -> None:
+    """Create the metadata DB's tables when it has none (a test session's fresh SQLite file)."""
+    from airflow import settings
+    from sqlalchemy import inspect
+
+    if not inspect(settings.engine).has_table("dag_run"):
+        from airflow.utils.db import initdb
+
+        initdb()

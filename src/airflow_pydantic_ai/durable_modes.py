@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
     from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 
-__all__ = ["ModeSettings", "mask", "replay_misses_fail_at_once"]
+__all__ = ["ModeSettings", "find_error", "mask", "replay_misses_fail_at_once"]
 
 CONFIG_OPTION = "[pydantic_ai] durable_mode"
 ARGUMENT = "AgentOperator(durable_mode=...)"
@@ -138,7 +138,7 @@ def replay_misses_fail_at_once(task_id: str) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        miss = _find(error, ReplayMiss) or _find(error, FixtureError)
+        miss = find_error(error, ReplayMiss) or find_error(error, FixtureError)
         if miss is None:
             raise
         from airflow.providers.common.compat.sdk import AirflowFailException
@@ -146,7 +146,7 @@ def replay_misses_fail_at_once(task_id: str) -> Iterator[None]:
         raise AirflowFailException(f"Task {task_id}: {miss}") from error
 
 
-def _find(error: BaseException, kind: type[BaseException], depth: int = 0) -> BaseException | None:
+def find_error(error: BaseException, kind: type[BaseException], depth: int = 0) -> BaseException | None:
     """``error`` itself, one in its group, or its cause, when of ``kind`` (pydantic-ai may wrap a tool's error)."""
     if isinstance(error, kind):
         return error
@@ -155,7 +155,7 @@ def _find(error: BaseException, kind: type[BaseException], depth: int = 0) -> Ba
     inner: list[BaseException] = list(error.exceptions) if isinstance(error, BaseExceptionGroup) else []
     cause = error.__cause__ or error.__context__
     for candidate in [*inner, *([cause] if cause is not None else [])]:
-        found = _find(candidate, kind, depth + 1)
+        found = find_error(candidate, kind, depth + 1)
         if found is not None:
             return found
     return None
