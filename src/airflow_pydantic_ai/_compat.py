@@ -104,7 +104,7 @@ def _dagbag_api() -> tuple[Any, Any]:
 def load_dags(path: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The DAGs a file or folder defines, by dag id, and its import errors (file -> error)."""
     dagbag_class, _ = _dagbag_api()
-    bag = dagbag_class(dag_folder=path, include_examples=False)
+    bag = dagbag_class(dag_folder=path)
     return dict(bag.dags), dict(bag.import_errors)
 
 
@@ -117,7 +117,7 @@ def store_dag(dag: Any) -> None:
 
     dagbag_class, sync_bag_to_db = _dagbag_api()
     DagBundlesManager().sync_bundles_to_db()
-    bag = dagbag_class(dag_folder=os.devnull, include_examples=False, collect_dags=False)
+    bag = dagbag_class(dag_folder=os.devnull, collect_dags=False)
     bag.bag_dag(dag)
     sync_bag_to_db(bag, "dags-folder", None)
 

@@ -92,6 +92,7 @@ class ModeSettings:
         policy = run.policy
         policy.mode, policy.live_tools, policy.mask = self.mode, self.live_tools, mask
         policy.source = f"the durable cache at {run.store.location}"
+        policy.agent = f"the agent of task {identity.task_id!r}"
         if self.mode == "replay":
             log.info(
                 "Durable: durable_mode = replay: every step must replay; a step that was not recorded fails the task%s",
@@ -129,7 +130,7 @@ class ModeSettings:
 
 
 @contextmanager
-def replay_misses_fail_at_once(task_id: str) -> Iterator[None]:
+def replay_misses_fail_at_once() -> Iterator[None]:
     """A replay miss (or a missing fixture in ``replay`` mode) fails the task with no retry: a retry would
     miss the same way, since the code changed, not the world."""
     from airflow_pydantic_ai.durable.steps.mode import ReplayMiss
@@ -143,7 +144,7 @@ def replay_misses_fail_at_once(task_id: str) -> Iterator[None]:
             raise
         from airflow.providers.common.compat.sdk import AirflowFailException
 
-        raise AirflowFailException(f"Task {task_id}: {miss}") from error
+        raise AirflowFailException(str(miss)) from error
 
 
 def find_error(error: BaseException, kind: type[BaseException], depth: int = 0) -> BaseException | None:

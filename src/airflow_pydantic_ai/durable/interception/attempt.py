@@ -51,7 +51,7 @@ def run_agent(
     :param run_arguments: Further ``agent.run_sync`` arguments (``model``, ``deps``, ``event_stream_handler``).
     """
     if agent.name:  # durable_mode: a replay miss names the agent
-        run.policy.agent = agent.name
+        run.policy.agent = f"agent {agent.name!r}"
     try:
         return run_until_decision_needed(
             agent,

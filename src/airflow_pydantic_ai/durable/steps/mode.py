@@ -69,8 +69,8 @@ class ReplayPolicy:
     """The secrets masker texts go through before they are stored or shown."""
     source: str = "the durable cache"
     """Where the recorded steps come from, for the miss message (a fixture file, a cache location)."""
-    agent: str = ""
-    """The agent being run, for the miss message (set when the run starts)."""
+    agent: str = "the agent"
+    """Which agent runs, for the miss message (``agent 'name'``, set when the run starts)."""
     _last_texts: dict[str, str] | None = field(default=None, repr=False)
 
     @property
@@ -98,8 +98,7 @@ class ReplayPolicy:
             return
         if place.key is not None and entry_name("model", place.key) in entries:
             return
-        who = f"agent {self.agent!r}" if self.agent else "the agent"
-        head = f"model step {place.number} ({place.label}) of {who}"
+        head = f"model step {place.number} ({place.label}) of {self.agent}"
         if place.key is None:
             raise ReplayMiss(f"{head} cannot be fingerprinted ({place.failure}), so it cannot be replayed. {_FIX}")
         recorded = Divergence.of(entries).recorded_at_step
