@@ -79,6 +79,7 @@ def verify_task(
         return Verdict(task.task_id, "error", f"nothing recorded in {source}")
     policy = run.policy
     policy.mode, policy.mask, policy.source = "replay", mask, source
+    policy.agent = f"the agent of task {task.task_id!r}"
     try:
         context = _context(dag, task, run_id)
         task.render_template_fields(context)  # type: ignore[arg-type]
@@ -91,12 +92,20 @@ def verify_task(
         from airflow_pydantic_ai.durable_modes import find_error
 
         miss = find_error(error, ReplayMiss)
-        if miss is not None:
+        if isinstance(miss, ReplayMiss) and miss.changed:
             return Verdict(task.task_id, "diverged", f"diverges: {miss}")
+        if miss is not None:  # a failed run's cache ends here: its retry would run on live from this step
+            return Verdict(task.task_id, "clean", _clean(run, source, ends_at=run.keys.model_steps))
         return Verdict(task.task_id, "error", f"the replay failed: {type(error).__name__}: {error}")
+    return Verdict(task.task_id, "clean", _clean(run, source))
+
+
+def _clean(run: Any, source: str, ends_at: int | None = None) -> str:
     replayed = run.stats.replayed
-    return Verdict(
-        task.task_id,
-        "clean",
-        f"replays cleanly ({replayed.model} model and {replayed.tool} tool steps from {source})",
+    steps = f"{replayed.model} model and {replayed.tool} tool steps from {source}"
+    if ends_at is None:
+        return f"replays cleanly ({steps})"
+    return (
+        f"replays cleanly up to model step {ends_at}, where the recording ends ({steps}); a retry runs on live "
+        "from there"
     )

@@ -90,9 +90,10 @@ def test_replay_from_a_fixture_of_another_run_calls_nothing_live(tmp_path):
     assert log.summary() == "Durable: replayed 3 cached steps (2 model, 1 tool), executed 0 new steps (0 model, 0 tool)"
 
 
-def _miss(tmp_path, folder, agent: Agent[Any, Any], prompt: str = "Triage ticket 42.") -> str:
+def _miss(tmp_path, folder, agent: Agent[Any, Any], prompt: str = "Triage ticket 42.", changed: bool = True) -> str:
     with pytest.raises(ReplayMiss) as caught:
         _replay(tmp_path, folder, agent, prompt)
+    assert caught.value.changed is changed
     return str(caught.value)
 
 
@@ -154,8 +155,22 @@ def test_a_tool_call_missing_from_the_fixture_fails_before_the_tool_runs(tmp_pat
     counts = Counts()
     message = _miss(tmp_path, folder, _agent(counts))
     assert counts.tools == []
-    assert message.startswith("tool fetch_ticket (call c1) has no recorded result in the fixture ")
+    assert message.startswith("tool fetch_ticket (call c1) (after model step 1) has no recorded result in the fixture ")
     assert "durable_live_tools" in message
+
+
+def test_a_recording_that_ends_early_is_a_miss_but_not_a_change(tmp_path):
+    """A failed run's cache: what it holds replays; the step after its end is where a retry would go live."""
+    folder = _record_fixture(tmp_path)
+    path = fixture_path(folder, "task")
+    body = json.loads(path.read_text())
+    body["steps"] = [step for step in body["steps"] if step["step"] == 1]
+    path.write_text(json.dumps(body))
+    counts = Counts()
+    message = _miss(tmp_path, folder, _agent(counts), changed=False)
+    assert counts == Counts(model=0, tools=[])
+    assert "model step 2 (function:scripted) of agent 'triage_agent' is not in the fixture " in message
+    assert "the recording ends before this step" in message
 
 
 def test_a_tool_named_live_runs_in_replay_mode(tmp_path):

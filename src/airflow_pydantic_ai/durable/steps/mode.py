@@ -43,6 +43,12 @@ _FIX = (
 class ReplayMiss(DurableError):
     """A step of a ``replay`` attempt has no recorded entry; raised before any live model or tool call."""
 
+    def __init__(self, message: str, *, changed: bool) -> None:
+        super().__init__(message)
+        self.changed = changed
+        """True: something was recorded at this point and the current code asks differently. False: the
+        recording ends before this step (a failed run's cache: a retry would run on live from here)."""
+
 
 def check_mode(value: Any, option: str) -> DurableMode:
     """``value`` as a mode; a ``DurableConfigError`` naming ``option`` and the allowed values otherwise."""
@@ -100,13 +106,16 @@ class ReplayPolicy:
             return
         head = f"model step {place.number} ({place.label}) of {self.agent}"
         if place.key is None:
-            raise ReplayMiss(f"{head} cannot be fingerprinted ({place.failure}), so it cannot be replayed. {_FIX}")
+            raise ReplayMiss(
+                f"{head} cannot be fingerprinted ({place.failure}), so it cannot be replayed. {_FIX}", changed=True
+            )
         recorded = Divergence.of(entries).recorded_at_step
         at_step = recorded.get(place.number)
         if at_step is None:
             raise ReplayMiss(
                 f"{head} is not in {self.source}: it recorded {len(recorded)} model step(s) and nothing at "
-                f"step {place.number} (an earlier step ran differently). {_FIX}"
+                f"step {place.number}: the recording ends before this step. {_FIX}",
+                changed=False,
             )
         changes = changed_components(at_step.components, place.components) or [
             "an earlier step (same request, different history)"
@@ -118,18 +127,25 @@ class ReplayPolicy:
             diff = text_diff(name, before, current)
             if diff:
                 lines.append(diff)
-        raise ReplayMiss("\n".join(lines))
+        raise ReplayMiss("\n".join(lines), changed=True)
 
-    def check_call_step(self, label: str, tool_name: str, key: str | None, entries: Mapping[str, StepEntry]) -> None:
-        """In ``replay`` mode, raise :class:`ReplayMiss` unless the call was recorded (or its tool runs live)."""
+    def check_call_step(
+        self, label: str, tool_name: str, key: str | None, entries: Mapping[str, StepEntry], model_step: int
+    ) -> None:
+        """In ``replay`` mode, raise :class:`ReplayMiss` unless the call was recorded (or its tool runs live).
+
+        ``model_step``: the number of the model step whose answer made the call.
+        """
         if not self.replaying or tool_name in self.live_tools:
             return
         if key is not None and entry_name("tool", key) in entries:
             return
         why = "cannot be fingerprinted" if key is None else f"has no recorded result in {self.source}"
+        later = any(entry.kind == "model" and entry.step > model_step for entry in entries.values())
         raise ReplayMiss(
-            f"{label} {why}, and durable_mode = replay runs no tool live (name it in durable_live_tools to run it "
-            f"live). {_FIX}"
+            f"{label} (after model step {model_step}) {why}, and durable_mode = replay runs no tool live (name it "
+            f"in durable_live_tools to run it live). {_FIX}",
+            changed=key is None or later,
         )
 
 

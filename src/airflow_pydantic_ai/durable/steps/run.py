@@ -239,7 +239,7 @@ class DurableRun:
             self.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
             return step
         # durable_mode: in replay mode, a call with no entry fails here; a tool named live ignores its entry.
-        self.policy.check_call_step(label, name, step.key, self.entries)
+        self.policy.check_call_step(label, name, step.key, self.entries, self.keys.model_steps)
         entry = self.entries.get(step.entry_name)
         if entry is not None and not self.policy.runs_live(name):
             step.load(entry)
