@@ -15,7 +15,7 @@ A replay miss fails the task at once (no retry: the code, not the world, changed
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
     from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 
-__all__ = ["ModeSettings", "find_error", "mask", "replay_misses_fail_at_once"]
+__all__ = ["ModeSettings", "find_error", "listening_for_replay_misses", "mask", "replay_misses_fail_at_once"]
 
 CONFIG_OPTION = "[pydantic_ai] durable_mode"
 ARGUMENT = "AgentOperator(durable_mode=...)"
@@ -129,8 +129,22 @@ class ModeSettings:
         return self.keep_cache
 
 
+_MISS_LISTENERS: list[Callable[[str, str], None]] = []
+
+
 @contextmanager
-def replay_misses_fail_at_once() -> Iterator[None]:
+def listening_for_replay_misses(listener: Callable[[str, str], None]) -> Iterator[None]:
+    """Call ``listener(task_id, message)`` for each replay miss in this process meanwhile (the pytest plugin
+    uses it to fail the test with the miss itself, not just a failed state)."""
+    _MISS_LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _MISS_LISTENERS.remove(listener)
+
+
+@contextmanager
+def replay_misses_fail_at_once(task_id: str) -> Iterator[None]:
     """A replay miss (or a missing fixture in ``replay`` mode) fails the task with no retry: a retry would
     miss the same way, since the code changed, not the world."""
     from airflow_pydantic_ai.durable.steps.mode import ReplayMiss
@@ -144,6 +158,8 @@ def replay_misses_fail_at_once() -> Iterator[None]:
             raise
         from airflow.providers.common.compat.sdk import AirflowFailException
 
+        for listener in list(_MISS_LISTENERS):
+            listener(task_id, str(miss))
         raise AirflowFailException(str(miss)) from error
 
 

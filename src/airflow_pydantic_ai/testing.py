@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["DurableReplay", "DurableTestResult", "durable_replay", "pytest_addoption"]
+__all__ = ["DurableReplay", "DurableTestResult", "ReplayFailed", "durable_replay", "pytest_addoption"]
 
 REPORT_KEY = "durable_report"
 """The XCom key of a durable task's report, returned when the task pushed one."""
@@ -46,6 +46,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="Run agent tasks live (durable_mode = record) and rewrite their fixtures, instead of replaying them",
     )
+
+
+class ReplayFailed(AssertionError):
+    """An agent task did not replay: a step was not recorded (the message says which, and what changed)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,9 @@ class DurableReplay:
     ) -> DurableTestResult:
         """Run ``dag`` (a DAG, or the file that defines it) or only its task ``task_id`` with ``dag.test()``.
 
+        Raises :class:`ReplayFailed` (an ``AssertionError``) when an agent task had a step that was not
+        recorded: its message names the step, what changed and the prompt's diff.
+
         :param fixtures: The fixture folder of this DAG (one file per agent task).
         :param dag_id: Which DAG of the file, when it defines several.
         :param live_tools: Tools that run live even in replay mode (pure functions under test).
@@ -115,9 +122,17 @@ class DurableReplay:
         agents = [task for task in target.tasks if _is_agent_task(task)]
         if not agents:
             raise ValueError(f"{target.dag_id} has no agent task (AgentOperator, @task.pydantic_ai) to run")
-        with _agent_tasks_in_mode(agents, self.mode, Path(fixtures), live_tools):
+        from airflow_pydantic_ai.durable_modes import listening_for_replay_misses
+
+        misses: list[str] = []
+        with (
+            _agent_tasks_in_mode(agents, self.mode, Path(fixtures), live_tools),
+            listening_for_replay_misses(lambda task, message: misses.append(f"task {task}: {message}")),
+        ):
             _compat.store_dag(target)
             dag_run = target.test(run_conf=run_conf)
+        if misses:
+            raise ReplayFailed("\n\n".join(misses))
         xcoms: dict[str, Any] = {}
         reports: dict[str, Any] = {}
         for task in agents:

@@ -81,7 +81,7 @@ def test_an_unknown_mode_fails_the_task_at_its_start(option, argument, message, 
     out = capfd.readouterr().out
     assert dr.state == "failed"
     assert message in out
-    assert CALLS == Counter()
+    assert Counter() == CALLS
 
 
 def test_off_runs_a_durable_task_as_durable_false(cache_base, monkeypatch, capfd):
@@ -92,7 +92,7 @@ def test_off_runs_a_durable_task_as_durable_false(cache_base, monkeypatch, capfd
     assert "Durable:" not in out
     assert not cache_base.exists()
     # Without the cache the retry repeats the model's first answer.
-    assert CALLS == Counter(model=3, fetch_ticket=2)
+    assert Counter(model=3, fetch_ticket=2) == CALLS
 
 
 def test_record_runs_every_step_live_over_what_was_recorded(capfd):
@@ -103,14 +103,14 @@ def test_record_runs_every_step_live_over_what_was_recorded(capfd):
     assert xcom_value(dr, "triage") == "Ticket 42 triaged"
     # Try 1 recorded the model's first answer; try 2 (record) deleted it and asked again.
     assert "durable_mode = record: deleted what" in out
-    assert CALLS == Counter(model=3, fetch_ticket=2)
+    assert Counter(model=3, fetch_ticket=2) == CALLS
     assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 3 new steps (2 model, 1 tool)" in out
 
 
 def test_auto_replays_where_record_did_not(capfd):
     dr = run_dag(_dag("mode_auto", durable_mode="auto"))
     assert dr.state == "success"
-    assert CALLS == Counter(model=2, fetch_ticket=2)
+    assert Counter(model=2, fetch_ticket=2) == CALLS
 
 
 def test_replay_with_nothing_recorded_fails_at_once_before_the_model(cache_base, capfd):
@@ -119,7 +119,7 @@ def test_replay_with_nothing_recorded_fails_at_once_before_the_model(cache_base,
     assert dr.state == "failed"
     assert task_states(dr)[("triage", -1)] == ("failed", 1)  # no retry: it would miss the same way
     assert "model step 1 (function:scripted) of the agent of task 'triage' is not in the durable cache at" in out
-    assert CALLS == Counter()
+    assert Counter() == CALLS
 
 
 def test_replay_from_a_missing_fixture_fails_at_once_naming_the_file(tmp_path, capfd):
@@ -127,7 +127,7 @@ def test_replay_from_a_missing_fixture_fails_at_once_naming_the_file(tmp_path, c
     out = capfd.readouterr().out
     assert task_states(dr)[("triage", -1)] == ("failed", 1)
     assert f"no fixture for task 'triage' at {tmp_path / 'nowhere' / 'triage.json'}" in out
-    assert CALLS == Counter()
+    assert Counter() == CALLS
 
 
 def test_keep_cache_keeps_a_successful_tasks_cache_and_record_writes_the_fixture(cache_base, tmp_path, capfd):

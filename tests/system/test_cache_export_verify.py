@@ -28,10 +28,11 @@ CLI = [str(BIN / "airflow"), "pydantic-ai"] if airflow_reads_provider_cli() else
 SECRET = "sk-export-secret-91c"
 TOOL_CALLED = "fetch_ticket(42) called"
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\S+ \[")
-FAILING_TOOL = '''    log.info("fetch_ticket(%s) called", ticket_id)  # a real one would call the helpdesk's API
+NEW_TOOL_DOC = "Fetch a ticket (with its customer) from the helpdesk."
+FAILING_TOOL = """    log.info("fetch_ticket(%s) called", ticket_id)  # a real one would call the helpdesk's API
     if os.environ.get("HELPDESK_DOWN"):
         raise ConnectionError("helpdesk API unavailable")
-'''
+"""
 
 
 def _dag_file(folder: Path, *, fails: bool = False, tool_doc: str | None = None) -> Path:
@@ -121,7 +122,9 @@ def test_verify_a_failed_runs_kept_cache_against_unchanged_and_changed_code(serv
     assert requests == 1  # the model asked for the tool, which failed: one model step is kept
 
     clean = _cli("verify", "example_tested_agent", dr.run_id, "--subdir", str(deployed))
-    edited = _dag_file(tmp_path / "edited", fails=True, tool_doc="Fetch a ticket (with its customer) from the helpdesk.")
+    edited = _dag_file(
+        tmp_path / "edited", fails=True, tool_doc="Fetch a ticket (with its customer) from the helpdesk."
+    )
     diverged = _cli("verify", "example_tested_agent", dr.run_id, "--subdir", str(edited))
 
     assert clean.returncode == 0, clean.stdout + clean.stderr
@@ -142,7 +145,7 @@ def test_verify_a_failed_runs_kept_cache_against_unchanged_and_changed_code(serv
 
 def test_verify_fixtures_against_the_current_dag(server, tmp_path, monkeypatch):
     fixtures = Path(__file__).resolve().parents[2] / "example_dags" / "tests" / "fixtures" / "example_tested_agent"
-    edited = _dag_file(tmp_path / "edited", tool_doc="Fetch a ticket (with its customer) from the helpdesk.")
+    edited = _dag_file(tmp_path / "edited", tool_doc=NEW_TOOL_DOC)
 
     clean = _cli("verify", "example_tested_agent", "--fixtures", str(fixtures), "--subdir", str(EXAMPLE_DAG))
     diverged = _cli("verify", "example_tested_agent", "--fixtures", str(fixtures), "--subdir", str(edited))

@@ -17,7 +17,7 @@ from tests.helpers.openai_server import ScriptedOpenAIServer
 
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable.storage.fixtures import fixture_path
-from airflow_pydantic_ai.testing import DurableReplay
+from airflow_pydantic_ai.testing import DurableReplay, ReplayFailed
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -114,10 +114,13 @@ def test_a_change_fails_the_replay_before_any_live_call_and_names_it(change, ser
 
     attribute, value, named = CHANGES[change]
     setattr(triage, attribute, value)
-    result = _player(tmp_path, monkeypatch, record=False)(dag, "triage", fixtures=fixtures)
+    with pytest.raises(ReplayFailed) as failed:
+        _player(tmp_path, monkeypatch, record=False)(dag, "triage", fixtures=fixtures)
 
     out = capfd.readouterr().out
-    assert result.state == "failed"
+    assert str(failed.value).startswith("task triage: model step 1 (openai:gpt-")
+    assert named in str(failed.value)
+    assert SECRET not in str(failed.value)
     assert len(server.requests) == requests
     assert "fetch_ticket(42) called" not in out
     [message] = {line for line in out.splitlines() if "does not match the fixture" in line and "Exception: " in line}
@@ -129,6 +132,7 @@ def test_a_change_fails_the_replay_before_any_live_call_and_names_it(change, ser
     if change == "prompt":
         assert "-Triage ticket 42. Key ***." in out
         assert "+Triage ticket 42 today. Key ***." in out
+        assert "-Triage ticket 42. Key ***.\n+Triage ticket 42 today. Key ***." in str(failed.value)
     # No retry: the code changed, not the world (the example task has retries=1).
     assert out.count("Durable: durable_mode = replay: every step must replay") == 1
 
@@ -137,8 +141,8 @@ def test_record_refreshes_a_stale_fixture(server, tmp_path, monkeypatch):
     dag = _example_dag()
     fixtures = _record(tmp_path, monkeypatch, dag)
     dag.task_dict["triage"].prompt = "Triage ticket 42 before noon."
-    stale = _player(tmp_path, monkeypatch, record=False)(dag, "triage", fixtures=fixtures)
-    assert stale.state == "failed"
+    with pytest.raises(ReplayFailed, match="changed: user prompt"):
+        _player(tmp_path, monkeypatch, record=False)(dag, "triage", fixtures=fixtures)
 
     _record(tmp_path, monkeypatch, dag)
     refreshed = _player(tmp_path, monkeypatch, record=False)(dag, "triage", fixtures=fixtures)

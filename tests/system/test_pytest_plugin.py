@@ -40,13 +40,13 @@ def test_a_prompt_changed_without_recording_fails_the_test_and_says_what_changed
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*model step 1 (openai:gpt-4o-mini) of the agent of task 'triage' does not match the fixture*"
-            "changed: user prompt.*",
-            "--- recorded user prompt",
-            "+++ current user prompt",
-            "@@ -1 +1 @@",
-            "-Triage ticket 42.",
-            "+Triage ticket 42 and flag VIPs.",
+            "E*ReplayFailed: task triage: model step 1 (openai:gpt-4o-mini) of the agent of task 'triage' does not "
+            "match the fixture*changed: user prompt.*",
+            "E*--- recorded user prompt",
+            "E*+++ current user prompt",
+            "E*@@ -1 +1 @@",
+            "E*-Triage ticket 42.",
+            "E*+Triage ticket 42 and flag VIPs.",
         ]
     )
 

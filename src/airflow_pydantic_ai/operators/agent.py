@@ -173,7 +173,7 @@ class AgentOperator(BaseOperator):
     def execute(self, context: Any) -> Any:
         from airflow_pydantic_ai.durable_modes import replay_misses_fail_at_once
 
-        with replay_misses_fail_at_once():
+        with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=None)
 
     def resume_after_approval(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
@@ -181,7 +181,7 @@ class AgentOperator(BaseOperator):
         from airflow_pydantic_ai.approval import Resume
         from airflow_pydantic_ai.durable_modes import replay_misses_fail_at_once
 
-        with replay_misses_fail_at_once():
+        with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
 
     def _execute(self, context: Any, resume: Resume | None) -> Any:
