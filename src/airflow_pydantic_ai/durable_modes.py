@@ -3,7 +3,7 @@ around the attempt.
 
 A task's mode is its ``durable_mode=`` argument, else ``[pydantic_ai] durable_mode``, else ``auto``; an
 unknown value fails the task at its start, naming the option and the allowed values. ``off`` runs the
-task as ``durable=False``; any other mode given on the task makes it durable.
+task as ``durable=False``; any other mode, or a fixture folder, given on the task makes it durable.
 
 Around the attempt: ``record`` empties the task instance's cache before the attempt opens it, so every
 step runs live and what is stored replaces what was there; ``auto`` and ``replay`` with
@@ -72,8 +72,8 @@ class ModeSettings:
         )
 
     def durable(self, durable: bool) -> bool:
-        """Whether the task runs durable: ``durable=True`` or a mode given on the task, unless the mode is off."""
-        return self.mode != "off" and (durable or self.explicit)
+        """Whether the task runs durable: ``durable=True``, a mode or fixtures given on the task; never when off."""
+        return self.mode != "off" and (durable or self.explicit or self.fixtures is not None)
 
     # --- around the attempt ------------------------------------------------------------------------
 

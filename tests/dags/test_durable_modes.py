@@ -139,3 +139,19 @@ def test_keep_cache_keeps_a_successful_tasks_cache_and_record_writes_the_fixture
     assert any(kept.rglob("model-*.json"))
     assert "durable_keep_cache: the cache at" in out
     assert (tmp_path / "fixtures" / "mode_keep" / "triage.json").is_file()  # durable_fixtures is templated
+
+
+def test_fixtures_alone_make_a_task_durable_and_replay(tmp_path, capfd):
+    fixtures = tmp_path / "fixtures"
+    recorded = run_dag(_dag("mode_fixture_only", durable_mode="record", durable_fixtures=str(fixtures)))
+    assert recorded.state == "success"
+    CALLS.clear()
+    capfd.readouterr()
+
+    dr = run_dag(_dag("mode_fixture_only", durable_fixtures=str(fixtures)))
+
+    out = capfd.readouterr().out
+    assert task_states(dr)[("triage", -1)] == ("success", 1)
+    assert xcom_value(dr, "triage") == "Ticket 42 triaged"
+    assert CALLS == Counter()
+    assert "Durable: replayed 3 cached steps (2 model, 1 tool), executed 0 new steps (0 model, 0 tool)" in out

@@ -74,7 +74,7 @@ class AgentOperator(BaseOperator):
         Default: ``[pydantic_ai] durable_mode``. Any mode but ``"off"`` given here makes the task durable.
     :param durable_fixtures: A fixture folder (written by ``airflow pydantic-ai cache export`` or a
         ``record`` run) whose steps this task replays, read in place. With ``durable_mode="record"``
-        the task writes its recorded steps there when it completes. (templated)
+        the task writes its recorded steps there when it completes. Giving it makes the task durable. (templated)
     :param durable_live_tools: Tools that run live in ``replay`` mode even when recorded (pure functions
         under test); every other tool replays its recorded result.
     :param durable_keep_cache: Keep the cache after the task succeeded (to export it as a fixture);
