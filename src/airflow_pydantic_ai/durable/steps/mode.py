@@ -97,19 +97,27 @@ class ReplayPolicy:
             self._last_texts = texts
 
     def check_model_step(
-        self, place: ModelKey, entries: Mapping[str, StepEntry], messages: Sequence[ModelMessage]
+        self,
+        place: ModelKey,
+        entries: Mapping[str, StepEntry],
+        messages: Sequence[ModelMessage],
+        recorded: Mapping[int, StepEntry],
+        agent: str | None = None,
     ) -> None:
-        """In ``replay`` mode, raise :class:`ReplayMiss` unless the request was recorded."""
+        """In ``replay`` mode, raise :class:`ReplayMiss` unless the request was recorded.
+
+        ``recorded``: the model entries of this agent run by step number (the divergence's); ``agent``: which
+        agent runs, when it is not the attempt's first one.
+        """
         if not self.replaying:
             return
         if place.key is not None and entry_name("model", place.key) in entries:
             return
-        head = f"model step {place.number} ({place.label}) of {self.agent}"
+        head = f"model step {place.number} ({place.label}) of {agent or self.agent}"
         if place.key is None:
             raise ReplayMiss(
                 f"{head} cannot be fingerprinted ({place.failure}), so it cannot be replayed. {_FIX}", changed=True
             )
-        recorded = Divergence.of(entries).recorded_at_step
         at_step = recorded.get(place.number)
         if at_step is None:
             raise ReplayMiss(
@@ -130,18 +138,25 @@ class ReplayPolicy:
         raise ReplayMiss("\n".join(lines), changed=True)
 
     def check_call_step(
-        self, label: str, tool_name: str, key: str | None, entries: Mapping[str, StepEntry], model_step: int
+        self,
+        label: str,
+        tool_name: str,
+        key: str | None,
+        entries: Mapping[str, StepEntry],
+        model_step: int,
+        recorded: Mapping[int, StepEntry],
     ) -> None:
         """In ``replay`` mode, raise :class:`ReplayMiss` unless the call was recorded (or its tool runs live).
 
-        ``model_step``: the number of the model step whose answer made the call.
+        ``model_step``: the number of the model step whose answer made the call; ``recorded``: the model entries
+        of this agent run by step number.
         """
         if not self.replaying or tool_name in self.live_tools:
             return
         if key is not None and entry_name("tool", key) in entries:
             return
         why = "cannot be fingerprinted" if key is None else f"has no recorded result in {self.source}"
-        later = any(entry.kind == "model" and entry.step > model_step for entry in entries.values())
+        later = any(step > model_step for step in recorded)
         raise ReplayMiss(
             f"{label} (after model step {model_step}) {why}, and durable_mode = replay runs no tool live (name it "
             f"in durable_live_tools to run it live). {_FIX}",

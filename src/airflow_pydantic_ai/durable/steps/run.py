@@ -187,7 +187,7 @@ class DurableRun:
         place = self.keys.next_model_key(model, messages, settings, parameters)
         # durable_mode: keep the texts for a diff; in replay mode, fail here, before any live call.
         self.policy.note_request(place, messages)
-        self.policy.check_model_step(place, self.entries, messages)
+        self.policy.check_model_step(place, self.entries, messages, self.divergence.recorded_at_step)
         step = ModelStep(run=self, place=place)
         if place.failure is not None:
             self.log.warning(
@@ -239,7 +239,9 @@ class DurableRun:
             self.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
             return step
         # durable_mode: in replay mode, a call with no entry fails here; a tool named live ignores its entry.
-        self.policy.check_call_step(label, name, step.key, self.entries, self.keys.model_steps)
+        self.policy.check_call_step(
+            label, name, step.key, self.entries, self.keys.model_steps, self.divergence.recorded_at_step
+        )
         entry = self.entries.get(step.entry_name)
         if entry is not None and not self.policy.runs_live(name):
             step.load(entry)
