@@ -227,3 +227,34 @@ def test_an_unknown_mode_names_the_option_and_the_allowed_values():
     with pytest.raises(DurableConfigError) as caught:
         check_mode("replays", "[pydantic_ai] durable_mode")
     assert str(caught.value) == "[pydantic_ai] durable_mode 'replays' is not one of auto, replay, record, off"
+
+
+def test_a_decision_nobody_recorded_fails_the_replay_instead_of_asking_a_person(tmp_path):
+    def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not any(isinstance(part, ToolReturnPart) for message in messages for part in message.parts):
+            return ModelResponse(parts=[ToolCallPart("refund", {"amount": 10}, tool_call_id="r1")])
+        return ModelResponse(parts=[TextPart("refunded")])
+
+    refunds: list[int] = []
+    toolset: FunctionToolset[Any] = FunctionToolset()
+
+    @toolset.tool_plain(requires_approval=True)
+    def refund(amount: int) -> str:
+        refunds.append(amount)
+        return "ok"
+
+    agent = Agent(FunctionModel(scripted, model_name="scripted"), toolsets=[toolset])
+    harness = DurableHarness(str(tmp_path / "cache"))
+    waiting, run, _ = harness.run(agent, "Refund the customer.")
+    assert type(waiting).__name__ == "WaitingForDecisions"
+
+    replay, _ = harness.open()
+    replay.policy.mode = "replay"
+    from airflow_pydantic_ai.durable import run_agent
+
+    with pytest.raises(ReplayMiss) as caught:
+        run_agent(replay, agent, "Refund the customer.")
+    assert str(caught.value).startswith(
+        "the call refund (call r1) needs approval and the durable cache holds no decision"
+    )
+    assert refunds == []

@@ -163,6 +163,15 @@ class ReplayPolicy:
             changed=key is None or later,
         )
 
+    def check_decision(self, call: str, recorded: bool) -> None:
+        """In ``replay`` mode, raise :class:`ReplayMiss` when a call needs a person's decision that was not recorded."""
+        if self.replaying and not recorded:
+            raise ReplayMiss(
+                f"the call {call} needs approval and {self.source} holds no decision for it; durable_mode = replay "
+                f"asks no person. {_FIX}",
+                changed=False,
+            )
+
 
 def _texts_until(recorded: Mapping[int, StepEntry], number: int) -> dict[str, str]:
     """The texts in force at step ``number``: those of the latest step at or before it that stored them."""

@@ -269,6 +269,8 @@ class DurableRun:
             )
             return step
         step.load()
+        # durable_mode: in replay mode, a decision nobody recorded fails here (no person is asked).
+        self.policy.check_decision(f"{call.tool_name} (call {call.tool_call_id})", step.recorded is not None)
         return step
 
     def record_decision(self, entry: StepEntry, what: str) -> None:
