@@ -245,7 +245,7 @@ def test_a_decision_nobody_recorded_fails_the_replay_instead_of_asking_a_person(
 
     agent = Agent(FunctionModel(scripted, model_name="scripted"), toolsets=[toolset])
     harness = DurableHarness(str(tmp_path / "cache"))
-    waiting, run, _ = harness.run(agent, "Refund the customer.")
+    waiting, _, _ = harness.run(agent, "Refund the customer.")
     assert type(waiting).__name__ == "WaitingForDecisions"
 
     replay, _ = harness.open()
