@@ -23,7 +23,7 @@ from airflow_pydantic_ai.durable.steps.codec import decode_response, encode_resp
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.owner import StepOwner
 
 __all__ = ["ModelStep"]
 
@@ -32,7 +32,7 @@ __all__ = ["ModelStep"]
 class ModelStep:
     """A model request of a durable run, replayed or live."""
 
-    run: DurableRun
+    run: StepOwner
     place: ModelKey
     replayed: ModelResponse | None = None
     replayed_usage: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +85,7 @@ class ModelStep:
         run.stats.model_replayed(self.entry_name, self.replayed_usage)
         run.ledger.replayed_requests += 1
         run.last_answer.model_entries = [self.entry_name]
-        run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
+        run.log.info("Durable: model step %d (%s)%s replayed from the cache", self.number, self.label, run.who)
         return self.replayed
 
     def record_failure(self, error: BaseException) -> None:
@@ -93,9 +93,10 @@ class ModelStep:
         self.run.stats.executed.model += 1
         self.run.keys.model_request_failed(self.place)
         self.run.log.info(
-            "Durable: model step %d (%s) failed after %.2f s (%s)",
+            "Durable: model step %d (%s)%s failed after %.2f s (%s)",
             self.number,
             self.label,
+            self.run.who,
             time.monotonic() - self.started,
             type(error).__name__,
         )
@@ -105,9 +106,10 @@ class ModelStep:
         run = self.run
         run.stats.executed.model += 1
         run.log.info(
-            "Durable: model step %d (%s) ran live in %.2f s",
+            "Durable: model step %d (%s)%s ran live in %.2f s",
             self.number,
             self.label,
+            run.who,
             time.monotonic() - self.started,
         )
         if self.key is None:
@@ -133,6 +135,7 @@ class ModelStep:
             components=self.place.components,
             usage=usage,
             recorded_at=time.time(),
+            scope=run.entry_scope,
         )
         what = f"model step {self.number} ({self.label})"
         run.last_answer.model_entries = [entry.name]

@@ -69,6 +69,11 @@ class AttemptStats:
     entries_skipped: int = 0
     """Entries the load ignored (damaged, foreign, another release's), each with a warning."""
 
+    @property
+    def model_requests(self) -> int:
+        """Model steps so far, replayed or live (every agent run of the attempt)."""
+        return self.replayed.model + self.executed.model
+
     def model_replayed(self, entry_name: str, usage: dict[str, Any]) -> None:
         self.replayed.model += 1
         self.saved_input_tokens += int(usage.get("input_tokens") or 0)

@@ -3,7 +3,7 @@
 Layout: a fixture folder holds one DAG's tasks, one file each: ``{folder}/{task_id}.json`` (a mapped task
 instance: ``{task_id}.{map_index}.json``, ids encoded as in the cache prefix). A file is indented JSON:
 ``format``, ``version``, ``dag_id``, ``task_id``, ``map_index`` and the ``steps`` in recorded order, each
-with its kind, key, metadata, component digests and payload.
+with its kind, key, metadata (a nested agent run's ``scope`` too), component digests and payload.
 
 Guarantees: a fixture holds no run id, no owner, no write time and no checksum, so it replays under
 any run of the same DAG and task and a refresh of an unchanged agent rewrites it byte for byte; every
@@ -31,7 +31,7 @@ __all__ = ["FIXTURE_FORMAT", "Fixture", "FixtureError", "fixture_path", "read_fi
 
 FIXTURE_FORMAT = "airflow-pydantic-ai/fixture"
 FIXTURE_VERSION = 1
-_STEP_FIELDS = ("kind", "key", "step", "attempt", "label", "role", "call_id", "usage", "components", "payload")
+_STEP_FIELDS = ("kind", "key", "step", "attempt", "label", "role", "call_id", "scope", "usage", "components", "payload")
 
 
 class FixtureError(DurableError, ValueError):
@@ -78,7 +78,7 @@ def write_fixture(
 ) -> Path:
     """Write ``entries`` (in recorded order) as the fixture of ``identity``'s task; returns the file."""
     steps = [
-        _masked({name: getattr(entry, name) for name in _STEP_FIELDS}, mask)
+        _masked({name: getattr(entry, name) for name in _STEP_FIELDS if name != "scope" or entry.scope}, mask)
         for entry in entries
         if entry.kind != "result"
     ]
@@ -136,6 +136,7 @@ def read_fixture(folder: str | os.PathLike[str], dag_id: str, task_id: str, map_
                 label=str(step["label"]),
                 role=step.get("role"),
                 call_id=step.get("call_id"),
+                scope=None if step.get("scope") is None else dict(step["scope"]),
                 usage=dict(step.get("usage") or {}),
                 components=dict(step.get("components") or {}),
                 payload=dict(step["payload"]),
