@@ -258,3 +258,62 @@ def test_a_decision_nobody_recorded_fails_the_replay_instead_of_asking_a_person(
         "the call refund (call r1) needs approval and the durable cache holds no decision"
     )
     assert refunds == []
+
+
+def _delegating_agent(counts: Counts, helper_instructions: str) -> Agent[Any, Any]:
+    """A main agent whose tool delegates to a helper agent (durable through its own DurableCapability)."""
+    from airflow_pydantic_ai.durable import DurableCapability
+
+    def helper_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        counts.model += 1
+        return ModelResponse(parts=[TextPart("the customer is on the enterprise plan")])
+
+    helper = Agent(
+        FunctionModel(helper_model, model_name="helper-model"),
+        instructions=helper_instructions,
+        name="helper",
+        capabilities=[DurableCapability()],
+    )
+
+    async def ask_helper(question: str) -> str:
+        counts.tools.append("ask_helper")
+        return (await helper.run(question)).output
+
+    def main_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        counts.model += 1
+        if not any(isinstance(part, ToolReturnPart) for message in messages for part in message.parts):
+            return ModelResponse(parts=[ToolCallPart("ask_helper", {"question": "Which plan?"}, tool_call_id="h1")])
+        return ModelResponse(parts=[TextPart("Enterprise ticket")])
+
+    return Agent(FunctionModel(main_model, model_name="main"), toolsets=[FunctionToolset([ask_helper])], name="main")
+
+
+def test_a_delegate_replays_from_the_fixture_and_a_change_in_it_names_that_agent(tmp_path):
+    recorder = DurableHarness(str(tmp_path / "cache"), identity=task_identity(run_id="manual__recorded"))
+    result, run, _ = recorder.run(_delegating_agent(Counts(), "Answer briefly."), "Triage ticket 42.")
+    assert result.output == "Enterprise ticket"
+    folder = tmp_path / "fixtures"
+    write_fixture(folder, recorder.identity, CacheReader(run.store).entries(), mask=_mask)
+    assert '"scope"' in fixture_path(folder, "task").read_text()
+
+    counts = Counts()
+    replayed, _, log = _replay(tmp_path, folder, _delegating_agent(counts, "Answer briefly."))
+    assert replayed.output == "Enterprise ticket"
+    assert counts == Counts(model=0, tools=[])  # the delegating tool replays: the helper does not even run
+    assert log.summary() == "Durable: replayed 3 cached steps (2 model, 1 tool), executed 0 new steps (0 model, 0 tool)"
+
+    # With the delegating tool live, the helper runs, and its own steps replay from the fixture.
+    counts = Counts()
+    live = frozenset({"ask_helper"})
+    replayed, _, log = _replay(tmp_path, folder, _delegating_agent(counts, "Answer briefly."), live_tools=live)
+    assert replayed.output == "Enterprise ticket"
+    assert counts == Counts(model=0, tools=["ask_helper"])
+    assert log.summary() == "Durable: replayed 3 cached steps (3 model, 0 tool), executed 1 new steps (0 model, 1 tool)"
+
+    counts = Counts()
+    with pytest.raises(ReplayMiss) as caught:
+        _replay(tmp_path, folder, _delegating_agent(counts, "Answer in one word."), live_tools=live)
+    assert str(caught.value).startswith("model step 1 (function:helper-model) of agent 'helper' does not match")
+    assert "changed: instructions/system prompt." in str(caught.value)
+    assert "-Answer briefly.\n+Answer in one word." in str(caught.value)
+    assert counts.model == 0
