@@ -23,9 +23,12 @@ __all__ = [
     "agent_has_output_validators",
     "airflow_version_at_least",
     "cli_command_prefix",
+    "ensure_metadata_db",
     "failed_output_validator",
     "get_fernet",
+    "load_dags",
     "output_validators",
+    "read_xcom",
     "redact",
     "rendered_fields_of",
     "reschedule_count",
@@ -33,6 +36,7 @@ __all__ = [
     "run_id_from_view_link",
     "set_model_settings",
     "storage_conn_id",
+    "store_dag",
     "task_region",
     "waits_for_a_person",
 ]
@@ -256,3 +260,64 @@ def task_region(ti: Any, context: Any = None) -> Any:
         index = getattr(ti, "map_index", -1)
     iteration = getattr(loop, "index", None)
     return Region.of(region_id, -1 if index is None else int(index), iteration)
+
+
+def _dagbag_api() -> tuple[Any, Any]:
+    """``(DagBag, sync_bag_to_db)``: in ``airflow.dag_processing.dagbag`` from 3.2, ``airflow.models.dagbag`` before."""
+    if airflow_version_at_least(3, 2):
+        from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    else:
+        from airflow.models.dagbag import DagBag, sync_bag_to_db  # type: ignore[no-redef]
+    return DagBag, sync_bag_to_db
+
+
+def load_dags(path: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The DAGs a file or folder defines, by dag id, and its import errors (file -> error)."""
+    dagbag_class, _ = _dagbag_api()
+    bag = dagbag_class(dag_folder=path)
+    return dict(bag.dags), dict(bag.import_errors)
+
+
+def store_dag(dag: Any) -> None:
+    """Store ``dag`` (serialized DAG and version) in the metadata DB under the ``dags-folder`` bundle, which
+    ``dag.test()`` needs for a DAG it did not find in a bundle folder itself."""
+    import os
+
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+
+    dagbag_class, sync_bag_to_db = _dagbag_api()
+    DagBundlesManager().sync_bundles_to_db()
+    bag = dagbag_class(dag_folder=os.devnull, collect_dags=False)
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, "dags-folder", None)
+
+
+def read_xcom(dag_id: str, run_id: str, task_id: str, key: str, map_index: int = -1, default: Any = None) -> Any:
+    """An XCom of a finished task instance from the metadata DB, decoded as a task would read it."""
+    from airflow.models.xcom import XComModel
+    from airflow.sdk.execution_time.xcom import XCom
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(
+            select(XComModel).where(
+                XComModel.dag_id == dag_id,
+                XComModel.run_id == run_id,
+                XComModel.task_id == task_id,
+                XComModel.map_index == map_index,
+                XComModel.key == key,
+            )
+        ).one_or_none()
+        return default if row is None else XCom.deserialize_value(row)
+
+
+def ensure_metadata_db() -> None:
+    """Create the metadata DB's tables when it has none (a test session's fresh SQLite file)."""
+    from airflow import settings
+    from sqlalchemy import inspect
+
+    if not inspect(settings.engine).has_table("dag_run"):
+        from airflow.utils.db import initdb
+
+        initdb()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
 
     from airflow_pydantic_ai.durable import DurableRun, TaskLogger
+    from airflow_pydantic_ai.durable_modes import ModeSettings
 
 __all__ = [
     "CONFIG_SECTION",
@@ -360,6 +361,7 @@ def start_durable_run(
     cache_path: str | None = None,
     resuming: bool = False,
     on_clear: str | None = None,
+    modes: ModeSettings | None = None,
 ) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
@@ -369,6 +371,8 @@ def start_durable_run(
     ``on_clear``: the task's ``on_clear=`` argument (``resume`` or ``fresh``; None reads ``[pydantic_ai]
     on_clear``); what a cleared try does with the cache where Airflow does not ask the person who cleared
     (see ``airflow_pydantic_ai.clear_policy`` and the durability guide's "When a person clears the task").
+
+    ``modes``: the task's ``durable_mode`` and fixtures (``durable_modes.py``).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai import clear_policy
@@ -397,6 +401,8 @@ def start_durable_run(
     after_clear = clear_policy.decide_after_clear(context, on_clear, cleared=cleared)
     if after_clear is not None and after_clear.fresh:
         clear_policy.discard_after_clear(store, after_clear, log)
+    if modes is not None:  # durable_mode = record: empty the cache first
+        modes.before_open(store, log)
     run = DurableRun.open(
         store,
         attempt=this_try.try_number or 1,
@@ -412,6 +418,8 @@ def start_durable_run(
     if after_clear is not None and not after_clear.fresh:
         steps = sum(entry.kind != "result" for entry in run.entries.values())
         clear_policy.log_resume_after_clear(after_clear, steps, log)
+    if modes is not None:  # durable_mode and fixtures: the policy, the fixture's steps
+        modes.start(run, identity, log)
     return run
 
 

@@ -135,6 +135,19 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "fail",
                         "default": "warn",
                     },
+                    "durable_mode": {
+                        "description": (
+                            "How durable agent tasks use their recorded steps, unless a task sets durable_mode=. "
+                            "auto replays what was recorded and runs the rest live; replay runs nothing live and "
+                            "fails a task at the first step with no recorded entry, naming what changed (for tests "
+                            "in CI); record runs every step live and records it, replacing what was recorded; off "
+                            "runs durable tasks as if durable=False. One of: auto, replay, record, off."
+                        ),
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "replay",
+                        "default": "auto",
+                    },
                     "durable_storage_timeout": {
                         "description": (
                             "Seconds one cache request may take (the write of one step, the listing, a batch "

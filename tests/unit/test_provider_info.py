@@ -84,6 +84,7 @@ def test_every_config_option_has_what_airflow_requires() -> None:
     assert set(options) == {
         "cache_view",
         "durable_cache_path",
+        "durable_mode",
         "durable_storage_errors",
         "durable_storage_timeout",
         "durable_encrypt",
@@ -108,6 +109,7 @@ def test_providers_manager_registers_the_provider_and_its_config() -> None:
     assert set(configs[PACKAGE]["pydantic_ai"]["options"]) == {
         "cache_view",
         "durable_cache_path",
+        "durable_mode",
         "durable_storage_errors",
         "durable_storage_timeout",
         "durable_encrypt",

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["CACHE_COMMANDS", "get_cli_commands"]
 
 _COMMANDS = "airflow_pydantic_ai.cli.cache_command"
+_FIXTURE_COMMANDS = "airflow_pydantic_ai.cli.fixture_command"
 
 
 def _positive(text: str) -> int:
@@ -73,6 +74,15 @@ ARG_FORCE = Arg(
     action="store_true",
     help="Delete even while the task instance is active (running, queued, deferred, awaiting input...)",
 )
+ARG_DEST = Arg(("dest",), metavar="DEST", help="The fixture folder to write the task's fixture into (one per DAG)")
+ARG_VERIFY_RUN_ID = Arg(
+    ("run_id",), nargs="?", default=None, help="The DAG run whose kept caches to verify (or give --fixtures)"
+)
+ARG_FIXTURES = Arg(("--fixtures",), metavar="FOLDER", help="Verify the fixtures in FOLDER instead of a run's caches")
+ARG_VERIFY_TASK_ID = Arg(("--task-id",), help="Only this agent task")
+ARG_SUBDIR = Arg(
+    ("--subdir",), metavar="PATH", help="The DAG file or folder to load the DAG from (default: [core] dags_folder)"
+)
 
 CACHE_COMMANDS = (
     ActionCommand(
@@ -122,6 +132,21 @@ CACHE_COMMANDS = (
         func=lazy_load_command(f"{_COMMANDS}.cache_gc"),
         args=(ARG_OLDER_THAN, ARG_DRY_RUN, ARG_YES, ARG_OUTPUT),
     ),
+    ActionCommand(
+        name="export",
+        help="Write a task instance's kept cache as a test fixture (readable JSON, no run id, secrets masked)",
+        func=lazy_load_command(f"{_FIXTURE_COMMANDS}.cache_export"),
+        args=(ARG_DAG_ID, ARG_RUN_ID, ARG_TASK_ID, ARG_DEST, ARG_MAP_INDEX),
+    ),
+    ActionCommand(
+        name="verify",
+        help=(
+            "Replay a run's kept caches or a fixture folder against the DAG's current code, calling no model and "
+            "no tool: per task, 'replays cleanly' or the first step that diverges and why (exit code 1)"
+        ),
+        func=lazy_load_command(f"{_FIXTURE_COMMANDS}.cache_verify"),
+        args=(ARG_DAG_ID, ARG_VERIFY_RUN_ID, ARG_FIXTURES, ARG_VERIFY_TASK_ID, ARG_MAP_INDEX, ARG_SUBDIR),
+    ),
 )
 
 
@@ -134,7 +159,7 @@ def get_cli_commands() -> list[CLICommand]:
             subcommands=[
                 GroupCommand(
                     name="cache",
-                    help="List, show, delete and clean up the durable caches of agent tasks",
+                    help="List, show, delete, clean up, export and verify the durable caches of agent tasks",
                     subcommands=CACHE_COMMANDS,
                 )
             ],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from airflow_pydantic_ai.approval import Resume
     from airflow_pydantic_ai.durable import DurableRun
+    from airflow_pydantic_ai.durable_modes import ModeSettings
 
 __all__ = ["AgentOperator"]
 
@@ -72,11 +73,23 @@ class AgentOperator(BaseOperator):
         are never affected. See ``docs/durability.rst``.
     :param approval_assigned_users: Who may answer (Airflow's ``HITLUser`` dicts ``{"id": ..., "name": ...}``);
         empty: anyone allowed by the auth manager to answer human-in-the-loop requests of this DAG.
+    :param durable_mode: ``"auto"`` (replay what was recorded, run the rest live), ``"replay"`` (run nothing
+        live: a step that was not recorded fails the task at once, naming what changed), ``"record"`` (run
+        every step live and record it, replacing what was recorded) or ``"off"`` (as ``durable=False``).
+        Default: ``[pydantic_ai] durable_mode``. Any mode but ``"off"`` given here makes the task durable.
+    :param durable_fixtures: A fixture folder (written by ``airflow pydantic-ai cache export`` or a
+        ``record`` run) whose steps this task replays, read in place. With ``durable_mode="record"``
+        the task writes its recorded steps there when it completes. Giving it makes the task durable. (templated)
+    :param durable_live_tools: Tools that run live in ``replay`` mode even when recorded (pure functions
+        under test); every other tool replays its recorded result.
+    :param durable_keep_cache: Keep the cache after the task succeeded (to export it as a fixture);
+        by default a successful task deletes it.
     """
 
-    template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id", "durable_cache_path")
+    template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id", "durable_cache_path", "durable_fixtures")
     template_fields_renderers: ClassVar[dict[str, str]] = {"prompt": "md", "system_prompt": "md"}
     ui_color = "#e8d5f5"
+    _modes: ModeSettings
 
     def __init__(
         self,
@@ -98,6 +111,10 @@ class AgentOperator(BaseOperator):
         on_approval_timeout: str = "fail",
         approval_assigned_users: Any = None,
         on_clear: str | None = None,
+        durable_mode: str | None = None,
+        durable_fixtures: str | None = None,
+        durable_live_tools: Collection[str] = (),
+        durable_keep_cache: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -138,6 +155,10 @@ class AgentOperator(BaseOperator):
         self.durable_cache_path = durable_cache_path
         self.deps = deps
         self.event_stream_handler = event_stream_handler
+        self.durable_mode = durable_mode
+        self.durable_fixtures = durable_fixtures
+        self.durable_live_tools = tuple(durable_live_tools)
+        self.durable_keep_cache = durable_keep_cache
 
     def _model(self) -> Any:
         """The model to run with: from the connection, the model id, or None for the agent's own."""
@@ -162,16 +183,29 @@ class AgentOperator(BaseOperator):
         )
 
     def execute(self, context: Any) -> Any:
-        return self._execute(context, resume=None)
+        from airflow_pydantic_ai.durable_modes import replay_misses_fail_at_once
+
+        with replay_misses_fail_at_once(self.task_id):
+            return self._execute(context, resume=None)
 
     def resume_after_approval(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
         """Airflow calls this (instead of ``execute``) when a person answered, or the approval timed out."""
         from airflow_pydantic_ai.approval import Resume
+        from airflow_pydantic_ai.durable_modes import replay_misses_fail_at_once
 
-        return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
+        with replay_misses_fail_at_once(self.task_id):
+            return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
 
     def _execute(self, context: Any, resume: Resume | None) -> Any:
-        if not self.durable:
+        from airflow_pydantic_ai.durable_modes import ModeSettings
+
+        self._modes = ModeSettings.read(
+            self.durable_mode,
+            fixtures=self.durable_fixtures,
+            live_tools=self.durable_live_tools,
+            keep_cache=self.durable_keep_cache,
+        )
+        if not self._modes.durable(self.durable):
             prompt, agent, model = self._prepare(context)
             _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
@@ -188,6 +222,7 @@ class AgentOperator(BaseOperator):
                 cache_path=self.durable_cache_path,
                 resuming=resume is not None,
                 on_clear=self.on_clear,
+                modes=self._modes,
             )
         except BaseException:
             # Every durable attempt logs its summary, also one that failed before any step ran.
@@ -241,7 +276,11 @@ class AgentOperator(BaseOperator):
             from airflow.sdk.bases.xcom import BaseXCom
 
             context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
-        self._delete_cache_after_success(run)
+        from airflow_pydantic_ai.durability import task_identity
+
+        # durable_mode = record with fixtures writes the fixture; durable_keep_cache keeps the cache.
+        if not self._modes.after_success(run, task_identity(context["ti"]), self.log):
+            self._delete_cache_after_success(run)
         return output
 
     def _delete_cache_after_success(self, run: DurableRun) -> None:

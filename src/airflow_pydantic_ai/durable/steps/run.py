@@ -39,6 +39,7 @@ from airflow_pydantic_ai.durable.steps.cleanup import (
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
+from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
@@ -72,6 +73,8 @@ class DurableRun:
     """Where this agent run sits in the attempt; None for the attempt's first run at the top level."""
     family: AttemptFamily = field(default_factory=lambda: AttemptFamily(), repr=False)
     """What every agent run of the attempt shares (the runs bound so far, one-time warnings)."""
+    policy: ReplayPolicy = field(default_factory=ReplayPolicy, repr=False)
+    """What a step with no recorded entry does (``durable_mode``, see ``mode.py``)."""
 
     @classmethod
     def open(
@@ -218,11 +221,18 @@ class DurableRun:
             divergence=self.divergence.for_scope(self.entries, scope.id),
             scope=scope,
             family=self.family,
+            policy=self.policy,  # durable_mode: one policy for every agent run of the attempt
         )
 
     def running(self, key: str | None) -> AbstractContextManager[None]:
         """While a step's call runs live: agent runs started inside it are scoped under ``key``."""
         return step_scope(self, key, self.keys.model_steps)
+
+    def _agent_for_replay(self) -> str | None:
+        """Which nested agent a replay miss names (None: the attempt's first run, named by the policy)."""
+        if self.scope is None:
+            return None
+        return f"agent {self.scope.agent!r}" if self.scope.agent else "a nested agent"
 
     def unrecorded_requests(self, label: str, count: int) -> None:
         """``count`` model requests ran inside ``label``'s call without passing through a durable run: one WARNING."""
@@ -259,6 +269,11 @@ class DurableRun:
                 self.who,
             )
         place = self.keys.next_model_key(model, messages, settings, parameters)
+        # durable_mode: keep the texts for a diff; in replay mode, fail here, before any live call.
+        self.policy.note_request(place, messages)
+        self.policy.check_model_step(
+            place, self.entries, messages, self.divergence.recorded_at_step, agent=self._agent_for_replay()
+        )
         step = ModelStep(run=self, place=place)
         if place.failure is not None:
             self.log.warning(
@@ -319,8 +334,12 @@ class DurableRun:
         except FingerprintError as error:
             self.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
             return step
+        # durable_mode: in replay mode, a call with no entry fails here; a tool named live ignores its entry.
+        self.policy.check_call_step(
+            label, name, step.key, self.entries, self.keys.model_steps, self.divergence.recorded_at_step
+        )
         entry = self.entries.get(step.entry_name)
-        if entry is not None:
+        if entry is not None and not self.policy.runs_live(name):
             step.load(entry)
         return step
 
@@ -344,6 +363,8 @@ class DurableRun:
             )
             return step
         step.load()
+        # durable_mode: in replay mode, a decision nobody recorded fails here (no person is asked).
+        self.policy.check_decision(f"{call.tool_name} (call {call.tool_call_id})", step.recorded is not None)
         return step
 
     def decide(self, call: ToolCallPart, *, key: str, step_number: int, decision: Decision) -> None:

@@ -122,6 +122,10 @@ class CacheReader:
         """Every entry, numbered in recorded order; damaged and undecryptable entries come last."""
         return [info for info, _ in self._read()]
 
+    def entries(self) -> list[StepEntry]:
+        """The readable entries in recorded order (what ``cache export`` writes as a fixture)."""
+        return [entry for _, entry in self._read() if entry is not None]
+
     def read(self, number: int) -> StepDetail:
         """Step ``number`` decoded; raises ``KeyError`` when there is no such step."""
         for info, entry in self._read():
