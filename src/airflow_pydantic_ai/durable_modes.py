@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable.steps.mode import DurableMode, check_mode
+from airflow_pydantic_ai.durable import DurableMode, check_mode
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity
-    from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+    from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity, TaskLogger
 
 __all__ = ["ModeSettings", "find_error", "listening_for_replay_misses", "mask", "replay_misses_fail_at_once"]
 
@@ -86,8 +85,7 @@ class ModeSettings:
 
     def start(self, run: DurableRun, identity: TaskIdentity, log: TaskLogger) -> None:
         """Give the attempt its policy, and the fixture's steps in ``auto`` and ``replay`` mode."""
-        from airflow_pydantic_ai.durable.steps.mode import replay_also
-        from airflow_pydantic_ai.durable.storage.fixtures import FixtureError, read_fixture
+        from airflow_pydantic_ai.durable import FixtureError, read_fixture, replay_also
 
         policy = run.policy
         policy.mode, policy.live_tools, policy.mask = self.mode, self.live_tools, mask
@@ -113,8 +111,7 @@ class ModeSettings:
     def after_success(self, run: DurableRun, identity: TaskIdentity, log: TaskLogger) -> bool:
         """``record`` with fixtures: write the fixture. Returns whether the cache is kept."""
         if self.mode == "record" and self.fixtures is not None:
-            from airflow_pydantic_ai.durable import CacheReader
-            from airflow_pydantic_ai.durable.storage.fixtures import write_fixture
+            from airflow_pydantic_ai.durable import CacheReader, write_fixture
 
             entries = CacheReader(run.store).entries()
             path = write_fixture(self.fixtures, identity, entries, mask=mask)
@@ -147,8 +144,7 @@ def listening_for_replay_misses(listener: Callable[[str, str], None]) -> Iterato
 def replay_misses_fail_at_once(task_id: str) -> Iterator[None]:
     """A replay miss (or a missing fixture in ``replay`` mode) fails the task with no retry: a retry would
     miss the same way, since the code changed, not the world."""
-    from airflow_pydantic_ai.durable.steps.mode import ReplayMiss
-    from airflow_pydantic_ai.durable.storage.fixtures import FixtureError
+    from airflow_pydantic_ai.durable import FixtureError, ReplayMiss
 
     try:
         yield

@@ -67,8 +67,7 @@ def verify_task(
     run_id: str = "verify",
 ) -> Verdict:
     """Replay ``store``'s steps (and ``extra``, a fixture's) for ``task`` in replay mode, calling nothing live."""
-    from airflow_pydantic_ai.durable import DurableRun, run_agent
-    from airflow_pydantic_ai.durable.steps.mode import ReplayMiss, replay_also
+    from airflow_pydantic_ai.durable import DurableRun, ReplayMiss, replay_also, run_agent
     from airflow_pydantic_ai.durable_modes import mask
 
     run = DurableRun.open(store, attempt=1, log=_QuietLog())

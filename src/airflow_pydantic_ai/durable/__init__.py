@@ -27,12 +27,14 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
     from airflow_pydantic_ai.durable.interception.toolset import TOOL_CONFIG_KEY, live_tool
     from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
+    from airflow_pydantic_ai.durable.steps.mode import DurableMode, ReplayMiss, check_mode, replay_also
     from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
     from airflow_pydantic_ai.durable.steps.run import DurableRun
     from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary, plural
     from airflow_pydantic_ai.durable.steps.writer import secret_check
     from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, TryEnding, latest_attempt, record_ending
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
+    from airflow_pydantic_ai.durable.storage.fixtures import FixtureError, read_fixture, write_fixture
     from airflow_pydantic_ai.durable.storage.identity import (
         Region,
         TaskIdentity,
@@ -57,9 +59,12 @@ __all__ = [
     "DurableCapability",
     "DurableConfigError",
     "DurableError",
+    "DurableMode",
     "DurableRun",
     "DurableStorageError",
+    "FixtureError",
     "Region",
+    "ReplayMiss",
     "StepDetail",
     "StepInfo",
     "StepStore",
@@ -68,6 +73,7 @@ __all__ = [
     "TryEnding",
     "WaitingForDecisions",
     "attempt_scope",
+    "check_mode",
     "describe_error",
     "empty_summary",
     "id_segment",
@@ -78,15 +84,16 @@ __all__ = [
     "make_private_folders",
     "parse_place",
     "plural",
+    "read_fixture",
     "record_ending",
+    "replay_also",
     "run_agent",
     "secret_check",
+    "write_fixture",
 ]
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
-    "Region": "storage.identity",
-    "parse_place": "storage.identity",
     "ApprovalTimedOut": "errors",
     "ApprovalsUnsupported": "errors",
     "AttemptRecord": "storage.attempts",
@@ -97,8 +104,12 @@ _HOMES = {
     "DurableCapability": "interception.capability",
     "DurableConfigError": "errors",
     "DurableError": "errors",
+    "DurableMode": "steps.mode",
     "DurableRun": "steps.run",
     "DurableStorageError": "errors",
+    "FixtureError": "storage.fixtures",
+    "Region": "storage.identity",
+    "ReplayMiss": "steps.mode",
     "SUMMARY_TEMPLATE": "steps.stats",
     "StepDetail": "storage.reader",
     "StepInfo": "storage.reader",
@@ -109,6 +120,7 @@ _HOMES = {
     "TryEnding": "storage.attempts",
     "WaitingForDecisions": "interception.approvals",
     "attempt_scope": "steps.nesting",
+    "check_mode": "steps.mode",
     "describe_error": "errors",
     "empty_summary": "steps.stats",
     "id_segment": "storage.identity",
@@ -116,11 +128,15 @@ _HOMES = {
     "latest_attempt": "storage.attempts",
     "list_caches": "storage.catalog",
     "live_tool": "interception.toolset",
-    "plural": "steps.stats",
-    "record_ending": "storage.attempts",
     "make_private_folders": "storage.identity",
+    "parse_place": "storage.identity",
+    "plural": "steps.stats",
+    "read_fixture": "storage.fixtures",
+    "record_ending": "storage.attempts",
+    "replay_also": "steps.mode",
     "run_agent": "interception.attempt",
     "secret_check": "steps.writer",
+    "write_fixture": "storage.fixtures",
 }
 
 
