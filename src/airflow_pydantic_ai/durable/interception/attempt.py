@@ -24,6 +24,7 @@ from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions, run_until_decision_needed
 from airflow_pydantic_ai.durable.interception.capability import DurableCapability
+from airflow_pydantic_ai.durable.steps.telemetry import attempt_scope
 
 if TYPE_CHECKING:
     from pydantic_ai import Agent
@@ -51,15 +52,16 @@ def run_agent(
     :param run_arguments: Further ``agent.run_sync`` arguments (``model``, ``deps``, ``event_stream_handler``).
     """
     try:
-        return run_until_decision_needed(
-            agent,
-            prompt,
-            run,
-            output_type=agent.output_type,
-            usage_limits=run.usage_limits(usage_limits),
-            capabilities=[DurableCapability(run), *capabilities],
-            **run_arguments,
-        )
+        with attempt_scope():  # issue 22: replayed steps stay out of exported telemetry (pydantic-ai >= 2.68)
+            return run_until_decision_needed(
+                agent,
+                prompt,
+                run,
+                output_type=agent.output_type,
+                usage_limits=run.usage_limits(usage_limits),
+                capabilities=[DurableCapability(run), *capabilities],
+                **run_arguments,
+            )
     except UnexpectedModelBehavior:
         # Retries ran out: what failed (the last answer, the retries it drew) would fail the same way on replay.
         run.forget_what_failed()

@@ -40,6 +40,7 @@ class DurableCapability(AbstractCapability[Any]):
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
         # The task the run lives in: cancelled as a whole (a timeout), it bounds the wait for tool threads.
         self.run.run_task = asyncio.current_task()
+        self.run.stats.telemetry.run_started()  # issue 22: the task's identity on the agent run's span
         return await handler()
 
     def get_wrapper_model(self, model: Model) -> Model | None:

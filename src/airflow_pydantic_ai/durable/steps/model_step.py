@@ -17,9 +17,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import ModelResponse
+from pydantic_ai.usage import RequestUsage
 
 from airflow_pydantic_ai.durable.keys.chain import ModelKey
 from airflow_pydantic_ai.durable.steps.codec import decode_response, encode_response
+from airflow_pydantic_ai.durable.steps.cost import response_cost
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
@@ -83,6 +85,11 @@ class ModelStep:
             return None
         run = self.run
         run.stats.model_replayed(self.entry_name, self.replayed_usage)
+        recorded_usage = RequestUsage(
+            input_tokens=int(self.replayed_usage.get("input_tokens") or 0),
+            output_tokens=int(self.replayed_usage.get("output_tokens") or 0),
+        )
+        run.stats.step_done("model", replayed=True, response=self.replayed, usage=recorded_usage)  # issue 22
         run.ledger.replayed_requests += 1
         run.last_answer.model_entries = [self.entry_name]
         run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
@@ -91,6 +98,7 @@ class ModelStep:
     def record_failure(self, error: BaseException) -> None:
         """The request was sent but raised: counted as executed, nothing to cache."""
         self.run.stats.executed.model += 1
+        self.run.stats.step_done("model", replayed=False)  # issue 22: report, telemetry
         self.run.keys.model_request_failed(self.place)
         self.run.log.info(
             "Durable: model step %d (%s) failed after %.2f s (%s)",
@@ -104,6 +112,7 @@ class ModelStep:
         """The request ran live: count it, and store its response (with the keys of the tries that failed before)."""
         run = self.run
         run.stats.executed.model += 1
+        run.stats.step_done("model", replayed=False, response=response)  # issue 22: report, telemetry
         run.log.info(
             "Durable: model step %d (%s) ran live in %.2f s",
             self.number,
@@ -122,7 +131,13 @@ class ModelStep:
                 response.state,
             )
             return
-        usage = {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens}
+        usage: dict[str, Any] = {
+            "input_tokens": response.usage.input_tokens,
+            "output_tokens": response.usage.output_tokens,
+        }
+        cost = response_cost(response)  # issue 22: the read side shows it without pricing again
+        if cost is not None:
+            usage["cost_usd"] = float(cost)
         entry = StepEntry(
             kind="model",
             key=self.key,

@@ -17,7 +17,7 @@ attempt, also one that failed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,8 +34,10 @@ from airflow_pydantic_ai.durable.steps.cleanup import delete_after_success, disc
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
+from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
+from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.steps.usage import ReplayLedger, replay_aware
 from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
@@ -64,6 +66,8 @@ class DurableRun:
     run_task: asyncio.Task[Any] | None = field(default=None, repr=False)
     """The asyncio task of the agent run (set when it starts): a cancelled run stops waiting for tool threads."""
     finished: bool = field(default=False, repr=False)
+    outcome: AttemptOutcome = field(default="running", repr=False)
+    """How the attempt ended, for its report (set by :meth:`ending`)."""
 
     @classmethod
     def open(
@@ -80,6 +84,7 @@ class DurableRun:
         retry_coming: bool = True,
         delete_hint: str = "",
         fingerprinter: Fingerprinter | None = None,
+        span_attributes: Mapping[str, str | int] | None = None,
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt.
 
@@ -93,10 +98,14 @@ class DurableRun:
         WARNING saying what it held.
 
         ``delete_hint``: how a person deletes this cache (a command), for the log line of the last try.
+
+        ``span_attributes``: stamped on the spans pydantic-ai's instrumentation opens for this attempt's steps
+        (the Airflow side gives the task instance's identity).
         """
         outlook = TryOutlook(retry_coming, takes_recorded_output, delete_hint)
         writer = StepWriter(store, log, contains_secret, storage_errors, outlook)
         run = cls(writer=writer, attempt=attempt, keys=KeyChain(fingerprinter or Fingerprinter()))
+        run.stats.telemetry = StepTelemetry(dict(span_attributes or {}))  # issue 22
         if probe and not writer.check_at_start():
             return run
         try:
@@ -301,8 +310,10 @@ class DurableRun:
         try that stops to wait for a person has not failed), and the summary is logged whatever happens."""
         try:
             yield self
+            self.outcome = "succeeded"
         except BaseException as error:
-            if not waits(error):
+            self.outcome = "waiting" if waits(error) else "failed"
+            if self.outcome == "failed":
                 self.end_failed_try()
             raise
         finally:
@@ -350,6 +361,18 @@ class DurableRun:
     def summary(self) -> str:
         return self.stats.summary()
 
+    def report(self) -> DurableReport:
+        """This attempt's durable report (as it stands: final once :meth:`ending` is over)."""
+        return DurableReport(
+            try_number=self.attempt,
+            outcome=self.outcome,
+            tally=self.stats.tally,
+            not_persisted=self.writer.not_persisted,
+            changed=tuple(self.divergence.changes),
+            cache_location=self.store.location,
+            cache_deleted=self.outcome == "succeeded",
+        )
+
     def log_summary(self) -> None:
         """The summary line at INFO, then what the replay saved and what was not persisted."""
         self.stats.log(
@@ -357,6 +380,7 @@ class DurableRun:
             not_persisted=self.writer.not_persisted,
             what_next=self.outlook.what_next("will run again on a retry"),
         )
+        self.log.info("%s", self.report().log_line())  # issue 22: the report, right after the summary
         # A finished run deleted its cache, and a try that found and stored nothing has no cache to
         # describe: either way, leave nothing behind.
         if not self.finished and (self.entries or self.writer.written):

@@ -9,6 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pydantic_ai.messages import ModelResponse
+from pydantic_ai.usage import RequestUsage
+
+from airflow_pydantic_ai.durable.steps.tally import StepKind, StepTally
+from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
+
 __all__ = ["SUMMARY_TEMPLATE", "AttemptStats", "StepCounts", "TaskLogger", "empty_summary", "format_summary"]
 
 SUMMARY_TEMPLATE = (
@@ -68,6 +74,22 @@ class AttemptStats:
     """What loading the cache read at the start of the attempt."""
     entries_skipped: int = 0
     """Entries the load ignored (damaged, foreign, another release's), each with a warning."""
+    # --- issue 22: the durable report's tally and the instrumentation, fed by step_done ---
+    tally: StepTally = field(default_factory=StepTally)
+    telemetry: StepTelemetry = field(default_factory=StepTelemetry)
+
+    def step_done(
+        self,
+        kind: StepKind,
+        *,
+        replayed: bool,
+        response: ModelResponse | None = None,
+        usage: RequestUsage | None = None,
+    ) -> None:
+        """A step ended (in the context of the request or call that asked for it): report and telemetry count it."""
+        self.tally.done(kind, replayed=replayed, response=response, usage=usage)
+        if kind != "decision":  # a decision is not a unit pydantic-ai's instrumentation sees
+            self.telemetry.unit_done(executed=not replayed)
 
     def model_replayed(self, entry_name: str, usage: dict[str, Any]) -> None:
         self.replayed.model += 1

@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from pydantic import TypeAdapter
@@ -62,6 +62,10 @@ class ToolStep:
         return entry_name("tool", self.key or "")
 
     @property
+    def kind(self) -> Literal["tool", "output"]:
+        return "tool" if self.is_tool else "output"
+
+    @property
     def is_replay(self) -> bool:
         return self.replayed is not None or self.replayed_error is not None
 
@@ -94,6 +98,7 @@ class ToolStep:
         """Return (or raise) what the tool did when it was recorded."""
         run = self.run
         run.stats.tool_replayed(self.entry_name)
+        run.stats.step_done(self.kind, replayed=True)  # issue 22: report, telemetry
         run.log.info("Durable: %s replayed from the cache", self.label)
         if self.replayed_error is not None:
             if not isinstance(self.replayed_error, ToolFailed):  # a retry: it may be what makes the run fail
@@ -154,6 +159,7 @@ class ToolStep:
         """The run was cancelled and this call's thread did not finish within ``grace`` seconds."""
         self.abandoned = True
         self.run.stats.executed.tool += 1
+        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
         self.run.writer.skipped()
         self.run.log.warning(
             "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
@@ -167,6 +173,7 @@ class ToolStep:
 
     def _finish(self) -> int:
         self.run.stats.executed.tool += 1
+        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
         self.run.log.info("Durable: %s ran live in %.2f s", self.label, time.monotonic() - self.started)
         if self.key is None:
             self.run.writer.skipped()
@@ -191,6 +198,7 @@ class ToolStep:
         if self.abandoned:  # finished after its run ended: never recorded, already counted
             return
         self.run.stats.executed.tool += 1
+        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
         # The run fails (if it does) because of this call, not because of the model answer that asked
         # for it: that answer must stay cached, or its other tool calls would happen again.
         self.run.last_answer.failed_call = True
