@@ -36,6 +36,7 @@ __all__ = [
     "open_cache_base",
     "resolve_cache_path",
     "retries_an_earlier_try",
+    "span_attributes",
     "start_durable_run",
 ]
 
@@ -324,6 +325,19 @@ def task_identity(ti: Any) -> TaskIdentity:
     )
 
 
+def span_attributes(ti: Any) -> dict[str, str | int]:
+    """The task instance's identity under the attribute names of Airflow's own task span (``worker.<task_id>``),
+    stamped on the agent's spans so that a trace backend joins them to the task."""
+    map_index = getattr(ti, "map_index", None)
+    return {
+        "airflow.dag_id": str(ti.dag_id),
+        "airflow.task_id": str(ti.task_id),
+        "airflow.dag_run.run_id": str(ti.run_id),
+        "airflow.task_instance.try_number": int(getattr(ti, "try_number", 0) or 0),
+        "airflow.task_instance.map_index": -1 if map_index is None else int(map_index),
+    }
+
+
 def start_durable_run(
     context: Any, *, log: TaskLogger, cache_path: str | None = None, resuming: bool = False
 ) -> DurableRun:
@@ -369,4 +383,5 @@ def start_durable_run(
         takes_recorded_output=retries_an_earlier_try(ti),
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
+        span_attributes=span_attributes(ti),  # issue 22
     )

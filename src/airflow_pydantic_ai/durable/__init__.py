@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableError, DurableStorageError, describe_error
     from airflow_pydantic_ai.durable.interception.attempt import run_agent
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
+    from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY, DurableReport
     from airflow_pydantic_ai.durable.steps.run import DurableRun
     from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, empty_summary
     from airflow_pydantic_ai.durable.steps.writer import secret_check
@@ -25,11 +26,14 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = [
+    "REPORT_SCHEMA_VERSION",
+    "REPORT_XCOM_KEY",
     "SUMMARY_TEMPLATE",
     "CacheReader",
     "DurableCapability",
     "DurableConfigError",
     "DurableError",
+    "DurableReport",
     "DurableRun",
     "DurableStorageError",
     "StepDetail",
@@ -45,11 +49,14 @@ __all__ = [
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
+    "REPORT_SCHEMA_VERSION": "steps.report",
+    "REPORT_XCOM_KEY": "steps.report",
     "SUMMARY_TEMPLATE": "steps.stats",
     "CacheReader": "storage.reader",
     "DurableCapability": "interception.capability",
     "DurableConfigError": "errors",
     "DurableError": "errors",
+    "DurableReport": "steps.report",
     "DurableRun": "steps.run",
     "DurableStorageError": "errors",
     "StepDetail": "storage.reader",

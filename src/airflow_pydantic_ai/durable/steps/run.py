@@ -68,6 +68,8 @@ class DurableRun:
     finished: bool = field(default=False, repr=False)
     outcome: AttemptOutcome = field(default="running", repr=False)
     """How the attempt ended, for its report (set by :meth:`ending`)."""
+    report_readers: list[Callable[[DurableReport], None]] = field(default_factory=list, repr=False)
+    """Given the report once the attempt ended (:meth:`when_ended`)."""
 
     @classmethod
     def open(
@@ -361,6 +363,10 @@ class DurableRun:
     def summary(self) -> str:
         return self.stats.summary()
 
+    def when_ended(self, read: Callable[[DurableReport], None]) -> None:
+        """Give ``read`` this attempt's report when it ends (right after the report line), whatever the outcome."""
+        self.report_readers.append(read)
+
     def report(self) -> DurableReport:
         """This attempt's durable report (as it stands: final once :meth:`ending` is over)."""
         return DurableReport(
@@ -380,7 +386,10 @@ class DurableRun:
             not_persisted=self.writer.not_persisted,
             what_next=self.outlook.what_next("will run again on a retry"),
         )
-        self.log.info("%s", self.report().log_line())  # issue 22: the report, right after the summary
+        report = self.report()  # issue 22: the report, right after the summary, then to whoever reads it
+        self.log.info("%s", report.log_line())
+        for read in self.report_readers:
+            read(report)
         # A finished run deleted its cache, and a try that found and stored nothing has no cache to
         # describe: either way, leave nothing behind.
         if not self.finished and (self.entries or self.writer.written):
