@@ -1,6 +1,6 @@
 """Airflow side of durability: where a task instance's cache lives, and opening it for an attempt.
 
-Reads ``[pydantic_ai] durable_cache_path`` and ``durable_storage_errors``, builds the
+Reads ``[pydantic_ai] durable_cache_path``, ``durable_storage_errors`` and ``durable_budget_across_tries``, builds the
 ``ObjectStoragePath`` at execution time (a path that names a connection looks it up in its
 constructor), checks it, and opens a :class:`~airflow_pydantic_ai.durable.DurableRun` for the
 current try. Every misconfiguration fails here, before any model call, with a message naming the
@@ -21,6 +21,7 @@ from airflow_pydantic_ai.durable import DurableConfigError, StepStore, TaskIdent
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
+    from pydantic_ai.usage import UsageLimits
 
     from airflow_pydantic_ai.durable import DurableRun
     from airflow_pydantic_ai.durable.steps.stats import TaskLogger
@@ -196,6 +197,17 @@ def _cipher() -> Any:
     return fernet
 
 
+def _budget_across_tries() -> bool:
+    from airflow.configuration import conf
+
+    try:
+        return conf.getboolean(CONFIG_SECTION, "durable_budget_across_tries", fallback=False)
+    except Exception as error:
+        raise DurableConfigError(
+            f"[{CONFIG_SECTION}] durable_budget_across_tries must be True or False: {error}"
+        ) from error
+
+
 def retries_an_earlier_try(ti: Any) -> bool:
     """Whether this try is Airflow's automatic retry of an earlier try of the same series.
 
@@ -299,11 +311,17 @@ class DurableSettings:
     base: CacheBase
     storage_errors: str
     """``warn`` or ``fail`` (``durable_storage_errors``)."""
+    budget_across_tries: bool = False
+    """``durable_budget_across_tries``: usage limits count every try of a task instance."""
 
     @classmethod
     def read(cls, cache_path: str | None = None) -> DurableSettings:
         """Read and check every option; raises ``DurableConfigError`` naming the one to fix."""
-        return cls(base=open_cache_base(cache_path), storage_errors=_storage_error_mode())
+        return cls(
+            base=open_cache_base(cache_path),
+            storage_errors=_storage_error_mode(),
+            budget_across_tries=_budget_across_tries(),
+        )
 
 
 def cache_rm_command(identity: TaskIdentity) -> str:
@@ -339,12 +357,21 @@ def span_attributes(ti: Any) -> dict[str, str | int]:
 
 
 def start_durable_run(
-    context: Any, *, log: TaskLogger, cache_path: str | None = None, resuming: bool = False
+    context: Any,
+    *,
+    log: TaskLogger,
+    cache_path: str | None = None,
+    resuming: bool = False,
+    usage_limits: UsageLimits | None = None,
+    budget_across_tries: bool | None = None,
 ) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
     ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
     so the cache holds this very try's steps and must be kept.
+
+    ``usage_limits`` count across the tries of the task instance when ``budget_across_tries`` says so (None:
+    the ``durable_budget_across_tries`` option decides).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai.durable import DurableRun, secret_check
@@ -366,6 +393,7 @@ def start_durable_run(
             settings.base.url,
         )
     this_try = ThisTry.of(ti, resuming=resuming)
+    across_tries = settings.budget_across_tries if budget_across_tries is None else budget_across_tries
     max_tries = getattr(ti, "max_tries", None)
     if getattr(context.get("task"), "retries", None) == 0 and not this_try.resuming:
         log.info(
@@ -384,4 +412,5 @@ def start_durable_run(
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
         span_attributes=span_attributes(ti),  # issue 22
+        budget=usage_limits if across_tries and usage_limits is not None else None,  # issue 22
     )

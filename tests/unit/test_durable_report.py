@@ -46,8 +46,7 @@ def flaky_agent(fail_first: list[bool]) -> Agent[Any, str]:
 def _report_line(log: Any) -> dict[str, Any]:
     infos = log.at("info")
     summary_at = next(index for index, line in enumerate(infos) if line.startswith("Durable: replayed "))
-    line = infos[summary_at + 1] if not infos[summary_at + 1].startswith("Durable: the replay saved") else None
-    line = line or infos[summary_at + 2]
+    line = infos[summary_at + 1]
     assert line.startswith("Durable: report {")
     return json.loads(line.removeprefix("Durable: report "))
 

@@ -50,6 +50,10 @@ class AgentOperator(BaseOperator):
     :param toolsets: Toolsets (e.g. ``FunctionToolset``, MCP servers) the agent may use.
     :param agent_params: Further keyword arguments for ``pydantic_ai.Agent(...)``.
     :param usage_limits: A ``pydantic_ai.usage.UsageLimits``; replayed steps do not count against it.
+    :param budget_across_tries: With ``durable=True``: ``usage_limits`` count the live usage of every try of
+        the task instance, not of each try alone (kept in the cache beside the steps). A try that would go past
+        a limit fails before the request, naming the limit and what earlier tries spent. None (default): the
+        ``[pydantic_ai] durable_budget_across_tries`` option decides.
     :param durable: Record steps and replay them on a retry.
     :param agent: A ready ``pydantic_ai.Agent`` to run instead of building one. ``model_id`` or
         ``llm_conn_id``, if given, override its model for the run.
@@ -84,6 +88,7 @@ class AgentOperator(BaseOperator):
         toolsets: Sequence[Any] | None = None,
         agent_params: dict[str, Any] | None = None,
         usage_limits: UsageLimits | None = None,
+        budget_across_tries: bool | None = None,
         durable: bool = False,
         agent: Agent[Any, Any] | None = None,
         durable_cache_path: str | None = None,
@@ -121,6 +126,7 @@ class AgentOperator(BaseOperator):
         self.toolsets = list(toolsets) if toolsets else None
         self.agent_params = dict(agent_params or {})
         self.usage_limits = usage_limits
+        self.budget_across_tries = budget_across_tries
         self.durable = durable
         self.agent = agent
         self.durable_cache_path = durable_cache_path
@@ -171,7 +177,12 @@ class AgentOperator(BaseOperator):
             # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
             # the prompt or the agent fails to build (try 2 could not tell it apart any more).
             run = start_durable_run(
-                context, log=self.log, cache_path=self.durable_cache_path, resuming=resume is not None
+                context,
+                log=self.log,
+                cache_path=self.durable_cache_path,
+                resuming=resume is not None,
+                usage_limits=self.usage_limits,
+                budget_across_tries=self.budget_across_tries,
             )
         except BaseException:
             # Every durable attempt logs its summary, also one that failed before any step ran.

@@ -71,6 +71,7 @@ class ModelStep:
         replayed = self.take_replay()
         if replayed is not None:
             return replayed
+        self.before_live()
         try:
             response = await request()
         except BaseException as error:
@@ -78,6 +79,11 @@ class ModelStep:
             raise
         self.record(response)
         return response
+
+    def before_live(self) -> None:
+        """The request is about to be sent: a budget across retries may refuse it first (issue 22)."""
+        if self.run.budget is not None:
+            self.run.budget.before_request(f"model step {self.number} ({self.label})")
 
     def take_replay(self) -> ModelResponse | None:
         """The cached response, counted as replayed, or None if the step must run live."""

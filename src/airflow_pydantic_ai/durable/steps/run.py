@@ -30,6 +30,7 @@ from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
+from airflow_pydantic_ai.durable.steps.budget import RetryBudget, Spent
 from airflow_pydantic_ai.durable.steps.cleanup import delete_after_success, discard_earlier_run, tidy_failed_try
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
@@ -68,6 +69,8 @@ class DurableRun:
     finished: bool = field(default=False, repr=False)
     outcome: AttemptOutcome = field(default="running", repr=False)
     """How the attempt ended, for its report (set by :meth:`ending`)."""
+    budget: RetryBudget | None = field(default=None, repr=False)
+    """The usage limits counted across tries, when the task asked for them (``budget.py``)."""
     report_readers: list[Callable[[DurableReport], None]] = field(default_factory=list, repr=False)
     """Given the report once the attempt ended (:meth:`when_ended`)."""
 
@@ -87,6 +90,7 @@ class DurableRun:
         delete_hint: str = "",
         fingerprinter: Fingerprinter | None = None,
         span_attributes: Mapping[str, str | int] | None = None,
+        budget: UsageLimits | None = None,
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt.
 
@@ -103,11 +107,17 @@ class DurableRun:
 
         ``span_attributes``: stamped on the spans pydantic-ai's instrumentation opens for this attempt's steps
         (the Airflow side gives the task instance's identity).
+
+        ``budget``: usage limits counted across the tries of the task instance (what each try spent live is
+        kept beside the steps); see ``budget.py``.
         """
         outlook = TryOutlook(retry_coming, takes_recorded_output, delete_hint)
         writer = StepWriter(store, log, contains_secret, storage_errors, outlook)
         run = cls(writer=writer, attempt=attempt, keys=KeyChain(fingerprinter or Fingerprinter()))
         run.stats.telemetry = StepTelemetry(dict(span_attributes or {}))  # issue 22
+        if budget is not None:  # issue 22: read before the first step, whatever the load below finds
+            run.budget = RetryBudget.load(store, attempt=attempt, limits=budget, log=log)
+            run.stats.on_live_step = run.budget.spent_live
         if probe and not writer.check_at_start():
             return run
         try:
@@ -117,6 +127,8 @@ class DurableRun:
             return run
         if loaded.entries and belongs is not None and not belongs({entry.attempt for entry in loaded.entries.values()}):
             discard_earlier_run(store, loaded.entries, attempt, log)
+            if run.budget is not None:  # what an earlier DAG run spent is not this one's
+                run.budget.earlier = run.budget.resumed = Spent()
             return run
         run.entries = loaded.entries
         if any(entry.recorded_at is None for entry in loaded.entries.values()):
@@ -381,13 +393,13 @@ class DurableRun:
 
     def log_summary(self) -> None:
         """The summary line at INFO, then what the replay saved and what was not persisted."""
+        report = self.report()  # issue 22: the report line right after the summary, then to its readers
         self.stats.log(
             self.log,
             not_persisted=self.writer.not_persisted,
             what_next=self.outlook.what_next("will run again on a retry"),
+            report_line=report.log_line(),
         )
-        report = self.report()  # issue 22: the report, right after the summary, then to whoever reads it
-        self.log.info("%s", report.log_line())
         for read in self.report_readers:
             read(report)
         # A finished run deleted its cache, and a try that found and stored nothing has no cache to

@@ -6,13 +6,14 @@ fixed (:data:`SUMMARY_TEMPLATE`): dashboards and alerts grep for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RequestUsage
 
-from airflow_pydantic_ai.durable.steps.tally import StepKind, StepTally
+from airflow_pydantic_ai.durable.steps.tally import Spend, StepKind, StepTally
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 
 __all__ = ["SUMMARY_TEMPLATE", "AttemptStats", "StepCounts", "TaskLogger", "empty_summary", "format_summary"]
@@ -77,6 +78,8 @@ class AttemptStats:
     # --- issue 22: the durable report's tally and the instrumentation, fed by step_done ---
     tally: StepTally = field(default_factory=StepTally)
     telemetry: StepTelemetry = field(default_factory=StepTelemetry)
+    on_live_step: Callable[[Spend], None] | None = None
+    """Told the attempt's live usage after each live step (the budget across retries keeps it beside the steps)."""
 
     def step_done(
         self,
@@ -90,6 +93,8 @@ class AttemptStats:
         self.tally.done(kind, replayed=replayed, response=response, usage=usage)
         if kind != "decision":  # a decision is not a unit pydantic-ai's instrumentation sees
             self.telemetry.unit_done(executed=not replayed)
+        if not replayed and self.on_live_step is not None:
+            self.on_live_step(self.tally.live)
 
     def model_replayed(self, entry_name: str, usage: dict[str, Any]) -> None:
         self.replayed.model += 1
@@ -104,9 +109,12 @@ class AttemptStats:
     def summary(self) -> str:
         return format_summary(self.replayed, self.executed)
 
-    def log(self, log: TaskLogger, *, not_persisted: int, what_next: str) -> None:
-        """The summary line at INFO, then what the replay saved and what was not persisted."""
+    def log(self, log: TaskLogger, *, not_persisted: int, what_next: str, report_line: str = "") -> None:
+        """The summary line at INFO, the report line right after it, then what the replay saved and what was not
+        persisted."""
         log.info(self.summary())
+        if report_line:
+            log.info("%s", report_line)
         if self.replayed.total:
             log.info(
                 "Durable: the replay saved %d model requests (%d input tokens, %d output tokens) and %d tool calls",

@@ -90,6 +90,8 @@ class ToolStep:
         that a cancellation cannot stop (a sync tool), so its outcome is still recorded when it comes."""
         if self.is_replay:
             return self.replay()
+        if self.is_tool and self.run.budget is not None:  # issue 22: a budget across retries may refuse it
+            self.run.budget.before_tool_call(self.label)
         if in_thread:
             return await self._recorded_even_if_cancelled(call())
         return await self._recorded(call())
