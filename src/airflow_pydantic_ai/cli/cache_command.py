@@ -210,7 +210,12 @@ def cache_show(args: Any) -> None:
     with _user_errors():
         reader = _reader(_identity(args))
         if args.step is None:
-            _print_rows([step.as_row() for step in reader.steps()], args.output)
+            steps = reader.steps()
+            _print_rows([step.as_row() for step in steps], args.output)
+            if args.output not in ("json", "yaml") and steps:  # issue 22: what a retry replays, and saves
+                from airflow_pydantic_ai.durable.storage.step_costs import replay_total
+
+                print(replay_total([(step.kind, step.cost) for step in steps]))
             return
         try:
             detail = reader.read(args.step)

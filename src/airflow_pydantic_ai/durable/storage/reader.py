@@ -20,10 +20,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, SealedEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.step_costs import StepCost
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
@@ -54,6 +55,8 @@ class StepInfo:
     entry_name: str
     problem: str = ""
     """Why a damaged or encrypted entry cannot be shown."""
+    cost: StepCost = field(default_factory=StepCost)
+    """A model step's tokens and estimated cost, as recorded (``step_costs.py``)."""
 
     def as_row(self) -> dict[str, Any]:
         """The step as a flat dict (the columns of ``cache show``)."""
@@ -65,6 +68,9 @@ class StepInfo:
             "attempt": self.attempt,
             "recorded_at": self.recorded_at.isoformat() if self.recorded_at else "",
             "bytes": self.size,
+            "input_tokens": _or_empty(self.cost.input_tokens),
+            "output_tokens": _or_empty(self.cost.output_tokens),
+            "cost_usd": _or_empty(self.cost.cost_usd),
         }
 
 
@@ -169,6 +175,7 @@ class CacheReader:
                 recorded_at=order[2] if order[2] is not _EPOCH else None,
                 size=item.size,
                 entry_name=item.name,
+                cost=StepCost.of(entry.kind, entry.usage),
             )
             result.append((info, entry))
         for item, kind, problem in unreadable:
@@ -188,6 +195,10 @@ class CacheReader:
 
 
 _EPOCH = dt.datetime.fromtimestamp(0, tz=dt.UTC)
+
+
+def _or_empty(value: float | None) -> float | str:
+    return "" if value is None else value
 
 
 def _timestamp(seconds: float | None) -> dt.datetime | None:
