@@ -54,6 +54,7 @@ nitpick_ignore_regex = [
         r"OSError|NotImplementedError|Mapping|Sequence|Iterable|Iterator|AsyncIterator|Awaitable|Literal|"
         r"Self|TaskLogger|Context|BaseOperator|BaseHook|Connection|Model|Agent|AbstractToolset|UsageLimits|"
         r"ModelMessage|ModelResponse|ModelSettings|ModelRequestParameters|RunContext|ToolsetTool|ObjectStoragePath|"
-        r"DurableRun|Collection|AgentRunResult|WaitingForDecisions|(airflow_pydantic_ai\.durable\.writer\.)?TryOutlook)",
+        r"DurableRun|Collection|AgentRunResult|WaitingForDecisions|(airflow_pydantic_ai\.durable\.(steps\.)?writer\.)?TryOutlook|"
+        r"(airflow_pydantic_ai\.durable\.steps\.budget\.)?RetryBudget|(airflow_pydantic_ai\.durable\.storage\.step_costs\.)?StepCost)",
     ),
 ]

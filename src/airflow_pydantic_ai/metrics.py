@@ -1,8 +1,8 @@
 """What durable attempts saved, counted in Airflow's ``Stats`` (statsd or OpenTelemetry, as the deployment set it).
 
 One call per attempt, at its end, from its durable report (:func:`count_attempt`). Every name starts with
-:data:`METRIC_PREFIX`; Airflow adds its own prefix in front (``[metrics] statsd_prefix``, ``airflow`` by
-default). The table of names is in ``docs/retry_savings.rst``; :data:`METRIC_NAMES` is the same list, so a
+``METRIC_PREFIX``; Airflow adds its own prefix in front (``[metrics] statsd_prefix``, ``airflow`` by
+default). The table of names is in ``docs/retry_savings.rst``; ``METRIC_NAMES`` is the same list, so a
 test keeps the two equal.
 
 Guarantees: counters only (monotonic, summed by the backend across workers); a zero is not sent; costs are

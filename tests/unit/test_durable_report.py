@@ -112,3 +112,20 @@ def test_cost_is_priced_from_pydantic_ais_data_and_null_when_unknown():
     assert expected > 0
     assert response_cost(priced) == expected
     assert response_cost(unpriced) is None
+
+
+def test_approval_decisions_are_counted_recorded_then_replayed(tmp_path):
+    from tests.unit.test_approval_flow import mail_agent, open_run, run
+
+    from airflow_pydantic_ai.durable.steps.decision import Decision
+
+    first = open_run(tmp_path)
+    waiting = run(mail_agent("bob", [], []), first)
+    waiting.pending[0].record(Decision(approved=True, answered_by="alice"))
+    assert first.report().to_json()["steps"]["executed"]["decision"] == 1
+
+    resumed = open_run(tmp_path)
+    run(mail_agent("bob", [], []), resumed)
+    steps = resumed.report().to_json()["steps"]
+    assert steps["replayed"]["decision"] == 1 and steps["executed"]["decision"] == 0
+    assert steps["replayed"]["model"] == 1 and steps["executed"]["tool"] == 1
