@@ -24,7 +24,7 @@ from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions, run_until_decision_needed
 from airflow_pydantic_ai.durable.interception.capability import DurableCapability
-from airflow_pydantic_ai.durable.steps.telemetry import attempt_scope
+from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
 
 if TYPE_CHECKING:
     from pydantic_ai import Agent
@@ -52,7 +52,7 @@ def run_agent(
     :param run_arguments: Further ``agent.run_sync`` arguments (``model``, ``deps``, ``event_stream_handler``).
     """
     try:
-        with attempt_scope():  # issue 22: replayed steps stay out of exported telemetry (pydantic-ai >= 2.68)
+        with telemetry_scope():  # issue 22: replayed steps stay out of exported telemetry (pydantic-ai >= 2.68)
             return run_until_decision_needed(
                 agent,
                 prompt,

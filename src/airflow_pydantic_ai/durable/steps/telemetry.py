@@ -7,7 +7,7 @@ reported again.
 
 * pydantic-ai 2.68 and later give durable engines :func:`pydantic_ai.durable_exec.replay_scope` and
   :func:`~pydantic_ai.durable_exec.record_durable_unit`: the attempt's agent runs go inside one
-  :func:`attempt_scope`, each step reports whether it ran (:meth:`StepTelemetry.unit_done`), and a span
+  :func:`telemetry_scope`, each step reports whether it ran (:meth:`StepTelemetry.unit_done`), and a span
   that covered only replayed steps is never exported, nor are a replayed request's token and cost metrics.
 * Older releases (2.62-2.67) have no such surface and pydantic-ai is never patched: a replayed step's
   spans and metrics are reported again, and each of its spans carries ``pydantic_ai.durable.replayed =
@@ -40,7 +40,7 @@ try:  # pydantic-ai >= 2.68
 except ImportError:  # pragma: no cover - exercised by the oldest matrix session
     record_durable_unit = replay_scope = None
 
-__all__ = ["HOLDS_BACK_REPLAYS", "REPLAYED_ATTRIBUTE", "StepTelemetry", "attempt_scope"]
+__all__ = ["HOLDS_BACK_REPLAYS", "REPLAYED_ATTRIBUTE", "StepTelemetry", "telemetry_scope"]
 
 HOLDS_BACK_REPLAYS: bool = replay_scope is not None
 """Whether this pydantic-ai keeps replayed steps out of exported spans and metrics (2.68 and later)."""
@@ -52,7 +52,7 @@ _outer_span: ContextVar[trace.Span | None] = ContextVar("airflow_pydantic_ai_out
 
 
 @contextmanager
-def attempt_scope() -> Iterator[None]:
+def telemetry_scope() -> Iterator[None]:
     """Around an agent run of a durable attempt; an agent run inside another (a delegate) shares its scope."""
     if _outer_span.get() is not None:
         yield
