@@ -129,3 +129,11 @@ def test_approval_decisions_are_counted_recorded_then_replayed(tmp_path):
     steps = resumed.report().to_json()["steps"]
     assert steps["replayed"]["decision"] == 1 and steps["executed"]["decision"] == 0
     assert steps["replayed"]["model"] == 1 and steps["executed"]["tool"] == 1
+
+
+def test_the_report_names_the_changed_components(harness):
+    agent = flaky_agent([True])
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "weather")
+    _result, run, _log = harness.run(agent, "weather in Lyon")
+    assert run.report().to_json()["changed"] == ["user prompt"]

@@ -26,6 +26,8 @@ class Divergence:
     diverged: bool = False
     changes: list[str] = field(default_factory=list)
     """The "changed: ..." warnings of this attempt, for its attempt record."""
+    changed_components: list[str] = field(default_factory=list)
+    """The request components those warnings name, for the durable report (issue 22)."""
 
     @classmethod
     def of(cls, entries: Mapping[str, StepEntry]) -> Divergence:
@@ -55,4 +57,5 @@ class Divergence:
             f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
         )
         self.changes.append(warning)
+        self.changed_components.extend(name for name in changes if name not in self.changed_components)
         return warning

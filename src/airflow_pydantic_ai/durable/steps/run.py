@@ -386,7 +386,7 @@ class DurableRun:
             outcome=self.outcome,
             tally=self.stats.tally,
             not_persisted=self.writer.not_persisted,
-            changed=tuple(self.divergence.changes),
+            changed=tuple(self.divergence.changed_components),
             cache_location=self.store.location,
             cache_deleted=self.outcome == "succeeded",
         )
