@@ -110,3 +110,35 @@ def test_what_each_try_spent_is_kept_beside_the_steps(harness):
         "input_tokens": 200,
         "output_tokens": 20,
     }
+
+
+def test_a_streamed_request_is_refused_before_it_is_sent(harness):
+    import asyncio
+
+    from pydantic_ai.models.function import DeltaToolCall
+
+    from airflow_pydantic_ai.durable import DurableCapability
+
+    streamed: list[int] = []
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo):
+        streamed.append(len(messages))
+        if len(messages) == 1:
+            yield {0: DeltaToolCall(name="lookup", json_args='{"city": "Oslo"}', tool_call_id="c1")}
+        else:
+            yield "sunny"
+
+    agent: Agent[Any, str] = Agent(FunctionModel(stream_function=stream))
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        return "sunny"
+
+    async def stream_once() -> None:
+        run, _log = harness.open(budget=UsageLimits(request_limit=1))
+        async with agent.run_stream("weather?", capabilities=[DurableCapability(run)]) as result:
+            await result.get_output()
+
+    with pytest.raises(RetryBudgetExceeded, match=r"model step 2 .* request_limit of 1"):
+        asyncio.run(stream_once())
+    assert streamed == [1], "the second request was never sent"
