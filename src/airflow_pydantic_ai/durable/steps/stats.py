@@ -91,8 +91,9 @@ class AttemptStats:
     ) -> None:
         """A step ended (in the context of the request or call that asked for it): report and telemetry count it."""
         self.tally.done(kind, replayed=replayed, response=response, usage=usage)
-        if kind != "decision":  # a decision is not a unit pydantic-ai's instrumentation sees
-            self.telemetry.unit_done(executed=not replayed)
+        if kind == "decision":  # not a unit pydantic-ai's instrumentation sees, and no usage
+            return
+        self.telemetry.unit_done(executed=not replayed)
         if not replayed and self.on_live_step is not None:
             self.on_live_step(self.tally.live)
 
