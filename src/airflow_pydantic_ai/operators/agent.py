@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pydantic_ai.usage import UsageLimits
 
     from airflow_pydantic_ai.approval import Resume
-    from airflow_pydantic_ai.durable import DurableReport, DurableRun
+    from airflow_pydantic_ai.durable import DurableRun
 
 __all__ = ["AgentOperator"]
 
@@ -172,6 +172,7 @@ class AgentOperator(BaseOperator):
             return _to_xcom(self._run_plain(agent, prompt, model).output)
         from airflow_pydantic_ai.durability import start_durable_run
         from airflow_pydantic_ai.durable import empty_summary, run_agent
+        from airflow_pydantic_ai.reporting import publish_report
 
         try:
             # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
@@ -188,7 +189,8 @@ class AgentOperator(BaseOperator):
             # Every durable attempt logs its summary, also one that failed before any step ran.
             self.log.info(empty_summary())
             raise
-        run.when_ended(lambda report: self._publish_report(context, report))  # issue 22: XCom and metrics
+        # issue 22: the report as XCom durable_report and Airflow metrics, whatever the outcome
+        run.when_ended(lambda report: publish_report(context, report, log=self.log, push=self.do_xcom_push))
         # The summary ends every attempt, also one that stops to wait for approval (which is not a failed try).
         with run.ending(waits=_waits_for_a_person):
             recorded = run.recorded_output()
@@ -217,21 +219,6 @@ class AgentOperator(BaseOperator):
 
                 ask(self, context, result, prompt=prompt, settings=self.approval, previous=resume, log=self.log)
             return self._complete(context, run, _to_xcom(result.output))
-
-    def _publish_report(self, context: Any, report: DurableReport) -> None:
-        """Push the attempt's durable report (XCom ``durable_report``, also on a failed try) and count it in
-        Airflow's ``Stats``; neither can fail the task."""
-        from airflow_pydantic_ai.durable import REPORT_XCOM_KEY
-        from airflow_pydantic_ai.metrics import count_attempt, metric_tags
-
-        value = report.to_json()
-        count_attempt(value, tags=metric_tags(context["ti"]), warn=self.log.warning)
-        if not self.do_xcom_push:
-            return
-        try:
-            context["ti"].xcom_push(key=REPORT_XCOM_KEY, value=value)
-        except Exception as error:
-            self.log.warning("Durable: could not push the durable report to XCom: %s", error)
 
     def _prepare(self, context: Any) -> tuple[str, Agent[Any, Any], Any]:
         """The prompt of this try, the agent, and the model to run it with (None: the agent's own)."""
