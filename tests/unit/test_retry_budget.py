@@ -142,3 +142,19 @@ def test_a_streamed_request_is_refused_before_it_is_sent(harness):
     with pytest.raises(RetryBudgetExceeded, match=r"model step 2 .* request_limit of 1"):
         asyncio.run(stream_once())
     assert streamed == [1], "the second request was never sent"
+
+
+def test_a_resumed_try_keeps_what_it_spent_before_the_wait(harness):
+    from tests.helpers.durable import RecordingLog
+
+    from airflow_pydantic_ai.durable import DurableRun
+
+    agent = agent_failing_once([])
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "weather", run_options={"budget": UsageLimits(request_limit=10)})
+    # The same try number again: a resume after a wait (a deferral keeps the try number).
+    log = RecordingLog()
+    resumed = DurableRun.open(harness.store(log), attempt=1, log=log, budget=UsageLimits(request_limit=10))
+    assert resumed.budget is not None
+    assert resumed.budget.earlier.requests == 0 and resumed.budget.resumed.requests == 2
+    assert resumed.budget.total.requests == 2
