@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import ModelResponse
@@ -91,15 +92,23 @@ class ModelStep:
             return None
         run = self.run
         run.stats.model_replayed(self.entry_name, self.replayed_usage)
-        recorded_usage = RequestUsage(
-            input_tokens=int(self.replayed_usage.get("input_tokens") or 0),
-            output_tokens=int(self.replayed_usage.get("output_tokens") or 0),
-        )
-        run.stats.step_done("model", replayed=True, response=self.replayed, usage=recorded_usage)  # issue 22
+        usage, cost = self._recorded_spend(self.replayed)
+        run.stats.step_done("model", replayed=True, usage=usage, cost=cost)  # issue 22: report, telemetry
         run.ledger.replayed_requests += 1
         run.last_answer.model_entries = [self.entry_name]
         run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
         return self.replayed
+
+    def _recorded_spend(self, response: ModelResponse) -> tuple[RequestUsage, Decimal | None]:
+        """The tokens and cost the replayed request reported when it was recorded (issue 22)."""
+        recorded = self.replayed_usage
+        usage = RequestUsage(
+            input_tokens=int(recorded.get("input_tokens") or 0), output_tokens=int(recorded.get("output_tokens") or 0)
+        )
+        cost = recorded.get("cost_usd")
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            return usage, Decimal(str(cost))
+        return usage, response_cost(replace(response, usage=usage))  # unpriced, or recorded before 0.3.0
 
     def record_failure(self, error: BaseException) -> None:
         """The request was sent but raised: counted as executed, nothing to cache."""
@@ -118,7 +127,8 @@ class ModelStep:
         """The request ran live: count it, and store its response (with the keys of the tries that failed before)."""
         run = self.run
         run.stats.executed.model += 1
-        run.stats.step_done("model", replayed=False, response=response)  # issue 22: report, telemetry
+        cost = response_cost(response)  # issue 22: priced once, for the report and the entry
+        run.stats.step_done("model", replayed=False, usage=response.usage, cost=cost)
         run.log.info(
             "Durable: model step %d (%s) ran live in %.2f s",
             self.number,
@@ -141,8 +151,7 @@ class ModelStep:
             "input_tokens": response.usage.input_tokens,
             "output_tokens": response.usage.output_tokens,
         }
-        cost = response_cost(response)  # issue 22: the read side shows it without pricing again
-        if cost is not None:
+        if cost is not None:  # issue 22: a replay and the read side take it as recorded
             usage["cost_usd"] = float(cost)
         entry = StepEntry(
             kind="model",

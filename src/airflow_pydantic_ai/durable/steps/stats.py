@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
-from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RequestUsage
 
 from airflow_pydantic_ai.durable.steps.tally import Spend, StepKind, StepTally
@@ -86,11 +86,11 @@ class AttemptStats:
         kind: StepKind,
         *,
         replayed: bool,
-        response: ModelResponse | None = None,
         usage: RequestUsage | None = None,
+        cost: Decimal | None = None,
     ) -> None:
         """A step ended (in the context of the request or call that asked for it): report and telemetry count it."""
-        self.tally.done(kind, replayed=replayed, response=response, usage=usage)
+        self.tally.done(kind, replayed=replayed, usage=usage, cost=cost)
         if kind == "decision":  # not a unit pydantic-ai's instrumentation sees, and no usage
             return
         self.telemetry.unit_done(executed=not replayed)

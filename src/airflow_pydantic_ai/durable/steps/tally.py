@@ -2,22 +2,20 @@
 
 The :class:`StepTally` is the count behind the durable report (``report.py``): every step that ends
 (replayed or run live) is counted once, by kind (``model``, ``tool``, ``output``, ``decision``), nested
-agent runs included, because they end through the same steps. A model step also brings its response:
-its tokens, and its cost from pydantic-ai's price data (``cost.py``), go to the live or the saved side.
+agent runs included, because they end through the same steps. A model step with a response also brings
+its tokens and its cost (priced once by the step, from pydantic-ai's price data: ``cost.py``), for the
+live or the saved side.
 
 Guarantees: counting never raises and never does I/O; a step counted as replayed never counts as live.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Literal
 
-from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RequestUsage
-
-from airflow_pydantic_ai.durable.steps.cost import response_cost
 
 __all__ = ["STEP_KINDS", "Spend", "StepKind", "StepTally"]
 
@@ -40,13 +38,10 @@ class Spend:
     unpriced: int = 0
     """Responses pydantic-ai has no price for: the cost is then a lower bound (or unknown, when none is priced)."""
 
-    def add_response(self, response: ModelResponse, usage: RequestUsage | None = None) -> None:
-        if usage is not None:
-            response = replace(response, usage=usage)
+    def add_request(self, usage: RequestUsage, cost: Decimal | None) -> None:
         self.requests += 1
-        self.input_tokens += int(response.usage.input_tokens or 0)
-        self.output_tokens += int(response.usage.output_tokens or 0)
-        cost = response_cost(response)
+        self.input_tokens += int(usage.input_tokens or 0)
+        self.output_tokens += int(usage.output_tokens or 0)
         if cost is None:
             self.unpriced += 1
         else:
@@ -69,16 +64,11 @@ class StepTally:
     saved: Spend = field(default_factory=Spend)
 
     def done(
-        self,
-        kind: StepKind,
-        *,
-        replayed: bool,
-        response: ModelResponse | None = None,
-        usage: RequestUsage | None = None,
+        self, kind: StepKind, *, replayed: bool, usage: RequestUsage | None = None, cost: Decimal | None = None
     ) -> None:
-        """Count one step that ended: ``response`` is a model step's answer (None when its request raised);
-        ``usage``, what it reported when it was recorded (a replayed response carries zero usage)."""
+        """Count one step that ended; a model step that got a response gives its ``usage`` (as recorded, for a
+        replay: a replayed response carries zero usage) and its ``cost`` (None: not priced)."""
         side = self.saved if replayed else self.live
         side.steps[kind] += 1
-        if response is not None:
-            side.add_response(response, usage)
+        if usage is not None:
+            side.add_request(usage, cost)
