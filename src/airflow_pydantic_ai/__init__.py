@@ -8,8 +8,23 @@
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-__all__ = ["__version__"]
+__all__ = ["DurableCapability", "__version__", "durable_attempt", "live_tool"]
+
+
+def __getattr__(name: str) -> Any:
+    """The names a DAG author uses to make agents durable, imported on first use (this module stays light)."""
+    if name in ("DurableCapability", "live_tool"):
+        from airflow_pydantic_ai import durable
+
+        return getattr(durable, name)
+    if name == "durable_attempt":
+        from airflow_pydantic_ai.durability import durable_attempt
+
+        return durable_attempt
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 try:
     __version__ = version("airflow-pydantic-ai")

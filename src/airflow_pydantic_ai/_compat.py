@@ -1,4 +1,5 @@
-"""Everything that differs between the Airflow releases this package supports (3.1, 3.2, 3.3).
+"""Everything that differs between the Airflow releases this package supports (3.1, 3.2, 3.3), and the one
+private pydantic-ai attribute the package reads (:func:`agent_has_output_validators`).
 
 Each difference is one small function, gated on the installed release where the APIs disagree, so
 the rest of the package reads the same on every release. Where
@@ -13,6 +14,7 @@ import functools
 from typing import Any
 
 __all__ = [
+    "agent_has_output_validators",
     "airflow_version_at_least",
     "cli_command_prefix",
     "get_fernet",
@@ -20,6 +22,16 @@ __all__ = [
     "run_id_from_view_link",
     "storage_conn_id",
 ]
+
+
+def agent_has_output_validators(agent: Any) -> bool | None:
+    """Whether a pydantic-ai agent has output validators (``@agent.output_validator``); None when unknown.
+
+    pydantic-ai refuses a run ``output_type`` beside output validators and has no public way to ask
+    whether an agent has any: ``Agent._output_validators`` (2.62 to 2.68) is read here, and nowhere else.
+    """
+    validators = getattr(agent, "_output_validators", None)
+    return None if validators is None else bool(validators)
 
 
 @functools.cache

@@ -9,9 +9,11 @@ option to fix.
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -23,8 +25,7 @@ if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
     from pydantic_ai.usage import UsageLimits
 
-    from airflow_pydantic_ai.durable import DurableRun
-    from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+    from airflow_pydantic_ai.durable import DurableRun, TaskLogger
 
 __all__ = [
     "CONFIG_SECTION",
@@ -34,6 +35,8 @@ __all__ = [
     "cache_belongs_to_this_dag_run",
     "cache_rm_command",
     "default_cache_path",
+    "delete_cache_after_success",
+    "durable_attempt",
     "open_cache_base",
     "resolve_cache_path",
     "retries_an_earlier_try",
@@ -414,3 +417,79 @@ def start_durable_run(
         span_attributes=span_attributes(ti),  # issue 22
         budget=usage_limits if across_tries and usage_limits is not None else None,  # issue 22
     )
+
+
+class DeleteDurableCache:
+    """A success callback that deletes one try's durable cache (see :func:`delete_cache_after_success`)."""
+
+    def __init__(self, run: DurableRun) -> None:
+        self.run = run
+
+    def __call__(self, context: Any) -> None:
+        self.run.finish()
+
+    def __repr__(self) -> str:
+        return f"<delete the durable cache at {self.run.store.location}>"
+
+
+def delete_cache_after_success(task: Any, run: DurableRun) -> None:
+    """Have ``run``'s cache deleted from a success callback of ``task``: Airflow's task runner calls those only
+    after the supervisor has stored the task's success (Airflow 3.1, 3.2 and 3.3 alike).
+
+    ``task`` is this try's copy of the operator (the task runner executes a copy); the callback goes first in
+    its list, before the DAG author's own callbacks.
+    """
+    callbacks = [
+        callback for callback in task.on_success_callback or () if not isinstance(callback, DeleteDurableCache)
+    ]
+    task.on_success_callback = [DeleteDurableCache(run), *callbacks]
+
+
+@contextmanager
+def durable_attempt(
+    context: Any = None, *, cache_path: str | None = None, log: TaskLogger | None = None
+) -> Iterator[DurableRun]:
+    """Make every agent run inside the block durable, in a plain ``@task`` (or any Python callable a task runs).
+
+    Each agent that carries ``DurableCapability()`` (on the agent, or passed to its run) records its model
+    requests and tool calls into this task instance's cache, the same cache the operator would use
+    (``[pydantic_ai] durable_cache_path``, one prefix per task instance), and a retry replays them. Several
+    agents one after another and delegates inside tools each get their own scope::
+
+        @task(retries=2)
+        def triage():
+            with durable_attempt():
+                summary = summarizer.run_sync("...").output
+                return writer.run_sync(summary).output
+
+    As in the operator, the cache is deleted once Airflow has recorded the task's success (a success callback);
+    a task that fails after the block keeps it, and its retry replays the agents' steps. Compared with
+    ``AgentOperator(durable=True)``: the task's return value is not recorded, so a retry after a worker was
+    killed between the task's end and its recorded success replays the steps to rebuild it (the operator
+    returns its recorded output); approvals (``requires_approval``) are not supported; use one block per
+    task (a second block in the same try would find the first one's steps and discard them as another
+    run's). The summary line ends every attempt, as in the operator.
+
+    :param context: The task's Airflow context (default: the running task's, ``get_current_context()``).
+    :param cache_path: Overrides ``[pydantic_ai] durable_cache_path`` for this task.
+    :param log: Where the durable lines go (default: the task's own log, as an operator's).
+    """
+    from airflow_pydantic_ai.durable import attempt_scope, telemetry_scope
+    from airflow_pydantic_ai.reporting import publish_report
+
+    if context is None:
+        from airflow.sdk import get_current_context
+
+        context = get_current_context()
+    task_log = getattr(context.get("task"), "log", None) if hasattr(context, "get") else None
+    logger: TaskLogger = log if log is not None else task_log or logging.getLogger("airflow.task")
+    run = start_durable_run(context, log=logger, cache_path=cache_path)
+    task = context.get("task") if hasattr(context, "get") else None
+    # issue 22: the report as XCom durable_report and Airflow metrics; replayed steps kept out of telemetry
+    run.when_ended(lambda report: publish_report(context, report, log=logger, push=getattr(task, "do_xcom_push", True)))
+    with run.ending(), attempt_scope(run), telemetry_scope():
+        yield run
+    if task is not None and hasattr(task, "on_success_callback"):
+        delete_cache_after_success(task, run)
+    else:
+        run.finish()

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable import DurableReport
-    from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+    from airflow_pydantic_ai.durable import DurableReport, TaskLogger
 
 __all__ = ["publish_report"]
 

@@ -137,3 +137,35 @@ def test_the_report_names_the_changed_components(harness):
         harness.run(agent, "weather")
     _result, run, _log = harness.run(agent, "weather in Lyon")
     assert run.report().to_json()["changed"] == ["user prompt"]
+
+
+def test_a_delegates_steps_count_in_the_report(harness):
+    from tests.unit.test_nested_runs import helper_agent, outer_agent
+
+    outer = outer_agent(helper_agent(flaky={"failures": 1}), topics=[["printer"]])
+    with pytest.raises(ConnectionError):
+        harness.run(outer, "go")
+    _result, run, _log = harness.run(outer, "go")
+    steps = run.report().to_json()["steps"]
+    # As the summary line counts them: the outer answer and the delegate's two answers and side_effect
+    # replayed; the delegate's check, its last answer, the delegate call and the outer last answer live.
+    assert steps["replayed"] == {"model": 3, "tool": 1, "output": 0, "decision": 0, "total": 4}
+    assert steps["executed"] == {"model": 2, "tool": 2, "output": 0, "decision": 0, "total": 4}
+
+
+def test_a_budget_across_tries_covers_a_delegates_requests(harness):
+    from pydantic_ai.usage import UsageLimits
+    from tests.unit.test_nested_runs import calls, helper_agent, outer_agent
+
+    from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
+
+    calls.clear()
+
+    outer = outer_agent(helper_agent(flaky={"failures": 1}), topics=[["printer"]])
+    budget = UsageLimits(request_limit=3)
+    with pytest.raises(ConnectionError):
+        harness.run(outer, "go", run_options={"budget": budget})
+    # Try 1 sent 3 requests (1 outer, 2 delegate); the delegate's third request is refused before it is sent.
+    with pytest.raises(RetryBudgetExceeded, match=r"^model step 3 .* request_limit of 3 .* earlier tries spent 3 req"):
+        harness.run(outer, "go", run_options={"budget": budget})
+    assert calls["helper model"] == 2, "the delegate's third request was never sent"

@@ -24,13 +24,9 @@ from airflow_pydantic_ai.approval.request import (
     PendingCall,
     call_field,
 )
-from airflow_pydantic_ai.durable.steps.decision import Decision
+from airflow_pydantic_ai.durable import ApprovalTimedOut, Decision
 
 __all__ = ["Answer", "ApprovalTimedOut", "read_answer"]
-
-
-class ApprovalTimedOut(RuntimeError):
-    """Nobody answered within ``approval_timeout`` and ``on_approval_timeout`` is ``"fail"``."""
 
 
 @dataclass

@@ -20,9 +20,7 @@ from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.approval.answer import read_answer
 from airflow_pydantic_ai.approval.request import PendingCall, build_request
 from airflow_pydantic_ai.approval.wait import RENDERED_FIELD, parks_for_input, publish_request, wait_for_answer
-from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
-from airflow_pydantic_ai.durable.steps.decision import DecisionStep
-from airflow_pydantic_ai.durable.steps.run import DurableRun
+from airflow_pydantic_ai.durable import DecisionStep, DurableRun, WaitingForDecisions
 
 __all__ = ["ApprovalSettings", "Resume", "ask", "record_answer"]
 
@@ -215,13 +213,12 @@ def record_answer(run: DurableRun, resume: Resume, *, settings: ApprovalSettings
                 item["call_id"],
             )
             continue
-        step = DecisionStep(
-            run=run,
-            call=ToolCallPart(tool_name=str(item["tool"]), args=None, tool_call_id=str(item["call_id"])),
+        run.decide(
+            ToolCallPart(tool_name=str(item["tool"]), args=None, tool_call_id=str(item["call_id"])),
             key=str(item["key"]),
             step_number=int(item.get("step") or 0),
+            decision=decision,
         )
-        step.record(decision)
         rejected_with_reason = decision.reason and not decision.approved
         reason = f" (reason given to the model: {decision.reason!r})" if rejected_with_reason else ""
         log.info(

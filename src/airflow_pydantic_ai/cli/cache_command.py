@@ -23,9 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_pydantic_ai.cli import task_states
-from airflow_pydantic_ai.durable import TaskIdentity
-from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
-from airflow_pydantic_ai.durable.storage.reader import CacheReader
+from airflow_pydantic_ai.durable import CacheReader, CacheSummary, TaskIdentity, list_caches
 
 __all__ = ["cache_gc", "cache_list", "cache_rm", "cache_show"]
 
@@ -53,8 +51,7 @@ class _UserError(Exception):
 @contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn configuration, storage and input errors into one line on stderr and exit code 1."""
-    from airflow_pydantic_ai.durable import describe_error
-    from airflow_pydantic_ai.durable.errors import DurableConfigError
+    from airflow_pydantic_ai.durable import DurableConfigError, describe_error
 
     try:
         yield
@@ -213,7 +210,7 @@ def cache_show(args: Any) -> None:
             steps = reader.steps()
             _print_rows([step.as_row() for step in steps], args.output)
             if args.output not in ("json", "yaml") and steps:  # issue 22: what a retry replays, and saves
-                from airflow_pydantic_ai.durable.storage.step_costs import replay_total
+                from airflow_pydantic_ai.durable import replay_total
 
                 print(replay_total([(step.kind, step.cost) for step in steps]))
             return
@@ -224,7 +221,7 @@ def cache_show(args: Any) -> None:
         redact = _redactor()
         info = detail.info
         header = (
-            f"Step {info.number}: {info.kind} {info.name or '-'} call_id={info.call_id or '-'} "
+            f"Step {info.number}: {info.kind} {info.shown_name or '-'} call_id={info.call_id or '-'} "
             f"attempt={info.attempt if info.attempt is not None else '-'} "
             f"recorded_at={info.recorded_at.isoformat() if info.recorded_at else '-'} bytes={info.size}"
         )
@@ -285,7 +282,7 @@ def cache_rm(args: Any) -> None:
 
 def _print_steps(steps: list[Any]) -> None:
     for step in steps:
-        print(f"  step {step.number}: {step.kind} {step.name or '-'} ({_size(step.size)})")
+        print(f"  step {step.number}: {step.kind} {step.shown_name or '-'} ({_size(step.size)})")
 
 
 # --- gc ------------------------------------------------------------------------------------------

@@ -12,8 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
 
-from airflow_pydantic_ai.durable.storage.catalog import CacheSummary
-from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, id_segment, is_shortened
+from airflow_pydantic_ai.durable import CacheSummary, TaskIdentity, id_segment, is_shortened
 
 __all__ = [
     "DELETABLE_STATES",

@@ -14,60 +14,118 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableError, DurableStorageError, describe_error
+    from airflow_pydantic_ai.durable.errors import (
+        ApprovalsUnsupported,
+        ApprovalTimedOut,
+        DurableConfigError,
+        DurableError,
+        DurableStorageError,
+        describe_error,
+    )
+    from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
     from airflow_pydantic_ai.durable.interception.attempt import run_agent
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
+    from airflow_pydantic_ai.durable.interception.toolset import TOOL_CONFIG_KEY, live_tool
+    from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
+    from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
     from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY, DurableReport
     from airflow_pydantic_ai.durable.steps.run import DurableRun
-    from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, empty_summary
+    from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary
+    from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
     from airflow_pydantic_ai.durable.steps.writer import secret_check
-    from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, make_private_folders
+    from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, latest_attempt
+    from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
+    from airflow_pydantic_ai.durable.storage.identity import (
+        TaskIdentity,
+        id_segment,
+        is_shortened,
+        make_private_folders,
+    )
     from airflow_pydantic_ai.durable.storage.reader import CacheReader, StepDetail, StepInfo
+    from airflow_pydantic_ai.durable.storage.step_costs import StepCost, format_usd, replay_total
     from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",
     "REPORT_XCOM_KEY",
     "SUMMARY_TEMPLATE",
+    "TOOL_CONFIG_KEY",
+    "ApprovalTimedOut",
+    "ApprovalsUnsupported",
+    "AttemptRecord",
     "CacheReader",
+    "CacheSummary",
+    "Decision",
+    "DecisionStep",
     "DurableCapability",
     "DurableConfigError",
     "DurableError",
     "DurableReport",
     "DurableRun",
     "DurableStorageError",
+    "StepCost",
     "StepDetail",
     "StepInfo",
     "StepStore",
     "TaskIdentity",
+    "TaskLogger",
+    "WaitingForDecisions",
+    "attempt_scope",
     "describe_error",
     "empty_summary",
+    "format_usd",
+    "id_segment",
+    "is_shortened",
+    "latest_attempt",
+    "list_caches",
+    "live_tool",
     "make_private_folders",
+    "replay_total",
     "run_agent",
     "secret_check",
+    "telemetry_scope",
 ]
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
     "REPORT_SCHEMA_VERSION": "steps.report",
     "REPORT_XCOM_KEY": "steps.report",
-    "SUMMARY_TEMPLATE": "steps.stats",
+    "ApprovalTimedOut": "errors",
+    "ApprovalsUnsupported": "errors",
+    "AttemptRecord": "storage.attempts",
     "CacheReader": "storage.reader",
+    "CacheSummary": "storage.catalog",
+    "Decision": "steps.decision",
+    "DecisionStep": "steps.decision",
     "DurableCapability": "interception.capability",
     "DurableConfigError": "errors",
     "DurableError": "errors",
     "DurableReport": "steps.report",
     "DurableRun": "steps.run",
     "DurableStorageError": "errors",
+    "SUMMARY_TEMPLATE": "steps.stats",
+    "StepCost": "storage.step_costs",
     "StepDetail": "storage.reader",
     "StepInfo": "storage.reader",
     "StepStore": "storage.store",
+    "TOOL_CONFIG_KEY": "interception.toolset",
     "TaskIdentity": "storage.identity",
+    "TaskLogger": "steps.stats",
+    "WaitingForDecisions": "interception.approvals",
+    "attempt_scope": "steps.nesting",
     "describe_error": "errors",
     "empty_summary": "steps.stats",
+    "format_usd": "storage.step_costs",
+    "id_segment": "storage.identity",
+    "is_shortened": "storage.identity",
+    "latest_attempt": "storage.attempts",
+    "list_caches": "storage.catalog",
+    "live_tool": "interception.toolset",
     "make_private_folders": "storage.identity",
+    "replay_total": "storage.step_costs",
     "run_agent": "interception.attempt",
     "secret_check": "steps.writer",
+    "telemetry_scope": "steps.telemetry",
 }
 
 

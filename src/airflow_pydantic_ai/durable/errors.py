@@ -5,14 +5,24 @@
   any step runs.
 - ``DurableStorageError``: writing a step failed while the run was going and ``durable_storage_errors``
   is ``fail``.
+- ``ApprovalsUnsupported``: the run asked for something the approval flow cannot give (work done outside
+  the agent, a decision that cannot be keyed).
+- ``ApprovalTimedOut``: an approval wait timed out and the task says to fail then.
 
-Both subclass the built-in error they always were (``ValueError`` and ``RuntimeError``), so code that
+Each subclasses the built-in error it always was (``ValueError`` and ``RuntimeError``), so code that
 caught those keeps working.
 """
 
 from __future__ import annotations
 
-__all__ = ["DurableConfigError", "DurableError", "DurableStorageError", "describe_error"]
+__all__ = [
+    "ApprovalTimedOut",
+    "ApprovalsUnsupported",
+    "DurableConfigError",
+    "DurableError",
+    "DurableStorageError",
+    "describe_error",
+]
 
 
 class DurableError(Exception):
@@ -25,6 +35,14 @@ class DurableConfigError(DurableError, ValueError):
 
 class DurableStorageError(DurableError, RuntimeError):
     """Writing a step to the cache failed and ``durable_storage_errors`` is ``fail``."""
+
+
+class ApprovalsUnsupported(DurableError, RuntimeError):
+    """The run asked for something the approval flow cannot give (work done outside the agent)."""
+
+
+class ApprovalTimedOut(DurableError, RuntimeError):
+    """An approval wait timed out and ``on_approval_timeout`` is ``"fail"``."""
 
 
 def describe_error(error: BaseException) -> str:

@@ -212,7 +212,7 @@ class AgentOperator(BaseOperator):
                 deps=self.deps,
                 event_stream_handler=self.event_stream_handler,
             )
-            from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
+            from airflow_pydantic_ai.durable import WaitingForDecisions
 
             if isinstance(result, WaitingForDecisions):
                 from airflow_pydantic_ai.approval import ask
@@ -247,10 +247,9 @@ class AgentOperator(BaseOperator):
         The callback goes on this try's copy of the operator (the task runner executes a copy), first in
         the list, before the DAG author's own callbacks.
         """
-        callbacks = [
-            callback for callback in self.on_success_callback or () if not isinstance(callback, _DeleteDurableCache)
-        ]
-        self.on_success_callback = [_DeleteDurableCache(run), *callbacks]
+        from airflow_pydantic_ai.durability import delete_cache_after_success
+
+        delete_cache_after_success(self, run)
 
     def _resolve_prompt(self, context: Any) -> str:
         """The prompt of this try (``@task.pydantic_ai`` gets it from its function)."""
@@ -279,19 +278,6 @@ class AgentOperator(BaseOperator):
                 "person's answer, which only the durable cache provides. Set durable=True on the "
                 "AgentOperator / @task.pydantic_ai."
             ) from error
-
-
-class _DeleteDurableCache:
-    """A success callback that deletes one try's durable cache (see ``AgentOperator._delete_cache_after_success``)."""
-
-    def __init__(self, run: DurableRun) -> None:
-        self.run = run
-
-    def __call__(self, context: Any) -> None:
-        self.run.finish()
-
-    def __repr__(self) -> str:
-        return f"<delete the durable cache at {self.run.store.location}>"
 
 
 def _refuse_external_tools(agent: Agent[Any, Any]) -> None:

@@ -140,7 +140,7 @@ def _task_row(task: TaskRef) -> tuple[str | None, int, str]:
 
 def _open(task: TaskRef) -> Any:
     from airflow_pydantic_ai.cache_access import OutsideCacheBase, open_cache
-    from airflow_pydantic_ai.durable.errors import DurableConfigError
+    from airflow_pydantic_ai.durable import DurableConfigError
 
     try:
         return open_cache(task.dag_id, task.run_id, task.task_id, task.map_index)
@@ -260,7 +260,7 @@ def create_app() -> FastAPI:
         task = task_ref(dag_id, run_id, task_id, map_index)
         state, try_number, operator = _task_row(task)
         access = _open(task)
-        from airflow_pydantic_ai.durable.storage.attempts import latest_attempt
+        from airflow_pydantic_ai.durable import latest_attempt
 
         steps = access.reader.steps()
         data = ViewData(

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from html import escape
 from urllib.parse import urlencode
 
-from airflow_pydantic_ai.durable import StepInfo
-from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord
-from airflow_pydantic_ai.durable.storage.step_costs import StepCost, format_usd, replay_total
+from airflow_pydantic_ai.durable import AttemptRecord, StepCost, StepInfo, format_usd, replay_total
 
 __all__ = ["Confirmation", "TaskRef", "ViewData", "confirmation_page", "message_page", "view_page"]
 
@@ -139,7 +137,7 @@ def view_page(data: ViewData, static: str) -> str:
         step = data.shown_step
         parts.append(
             f'<section class="detail" id="step-{step.number}"><h2>Step {step.number}: {escape(step.kind)} '
-            f"{escape(step.name)}</h2><pre>{escape(data.shown_content)}</pre></section>"
+            f"{escape(step.shown_name)}</h2><pre>{escape(data.shown_content)}</pre></section>"
         )
     if not data.running:
         parts.append(
@@ -164,7 +162,7 @@ def _steps_table(data: ViewData) -> str:
         selected = ' class="selected"' if data.shown_step is not None and data.shown_step.number == step.number else ""
         rows.append(
             f"<tr{selected}><td class='num'>{step.number}</td><td><span class='kind kind-{escape(step.kind)}'{problem}>"
-            f"{escape(step.kind)}</span></td><td>{escape(step.name)}</td><td><code>{escape(step.call_id or '')}"
+            f"{escape(step.kind)}</span></td><td>{escape(step.shown_name)}</td><td><code>{escape(step.call_id or '')}"
             f"</code></td><td class='num'>{step.attempt if step.attempt is not None else ''}</td>"
             f"<td>{escape(_time(step.recorded_at))}</td><td class='num'>{escape(_size(step.size))}</td>"
             f"<td class='num'>{_tokens(step.cost)}</td><td class='num'>{_cost(step.cost)}</td>"

@@ -26,14 +26,12 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 from pydantic_ai.usage import RunUsage
 
+from airflow_pydantic_ai import _compat
+from airflow_pydantic_ai.durable.errors import ApprovalsUnsupported
 from airflow_pydantic_ai.durable.steps.decision import DecisionStep
 from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["ApprovalsUnsupported", "WaitingForDecisions", "run_until_decision_needed", "with_deferred_output"]
-
-
-class ApprovalsUnsupported(RuntimeError):
-    """The run asked for something the approval flow cannot give (work done outside the agent)."""
 
 
 @dataclass
@@ -41,9 +39,6 @@ class WaitingForDecisions:
     """The run stopped: these calls need a person's decision."""
 
     pending: list[DecisionStep]
-    decided: list[DecisionStep]
-    """Calls of the same round that already have a recorded decision."""
-    messages: list[ModelMessage]
 
 
 def with_deferred_output(output_type: Any) -> Any:
@@ -71,6 +66,10 @@ def run_until_decision_needed(
     :param run_kwargs: Further ``agent.run_sync`` arguments (``model``, ``usage_limits``, ``capabilities``).
     """
     types = list(output_type) if isinstance(output_type, (list, tuple)) else [output_type]
+    if DeferredToolRequests not in types and _compat.agent_has_output_validators(agent):
+        # pydantic-ai refuses a run output type beside output validators: run the agent as it is; a call that
+        # then needs approval fails with the advice in _without_deferred_output.
+        return _without_deferred_output(agent, prompt, run_kwargs)
     # The agent's own output types, untouched, when they already allow deferred calls.
     override: Any = None if DeferredToolRequests in types else with_deferred_output(output_type)
     history: list[ModelMessage] | None = None
@@ -78,15 +77,7 @@ def run_until_decision_needed(
     usage: RunUsage | None = None
     while True:
         if history is None:
-            try:
-                result = agent.run_sync(prompt, **_output(override), **run_kwargs)
-            except UserError as error:
-                if override is None or "output validators" not in str(error):
-                    raise
-                # pydantic-ai refuses a run output type beside output validators, before any request: run the
-                # agent as it is; a call that then needs approval fails with the advice below.
-                override = None
-                result = _without_deferred_output(agent, prompt, run_kwargs)
+            result = agent.run_sync(prompt, **_output(override), **run_kwargs)
         else:
             # The usage goes on from the stop, so that usage limits count the whole run (as the durable
             # run's replay counters do), not each continuation from zero.
@@ -129,7 +120,7 @@ def run_until_decision_needed(
                     "be fingerprinted (see the warning above), so a decision could not be recorded and the run could "
                     "not resume after the wait"
                 )
-            return WaitingForDecisions(pending=pending, decided=decided, messages=messages)
+            return WaitingForDecisions(pending=pending)
         history = messages
         results = DeferredToolResults(
             approvals={step.call.tool_call_id: step.recorded.as_result() for step in decided if step.recorded}

@@ -1,8 +1,8 @@
 """The one way a durable attempt runs an agent: the operator, the tests and the benchmark all call it.
 
-:func:`run_agent` wires the attempt into the run (the :class:`DurableCapability` that wraps every model
-and toolset, usage limits that do not count replayed steps), continues past approval stops whose
-decisions are recorded, and, when pydantic-ai gives up on the model's answers
+:func:`run_agent` wires the attempt into the run (the attempt made current for every
+:class:`DurableCapability`, one passed to this run, usage limits that do not count replayed steps),
+continues past approval stops whose decisions are recorded, and, when pydantic-ai gives up on the model's answers
 (``UnexpectedModelBehavior``), forgets what the run failed on so that a retry asks again instead of
 replaying it. Around it, :meth:`DurableRun.ending` tidies up a failed try and logs the summary line.
 
@@ -24,6 +24,7 @@ from pydantic_ai.exceptions import UnexpectedModelBehavior
 
 from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions, run_until_decision_needed
 from airflow_pydantic_ai.durable.interception.capability import DurableCapability
+from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
 from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
 
 if TYPE_CHECKING:
@@ -52,14 +53,17 @@ def run_agent(
     :param run_arguments: Further ``agent.run_sync`` arguments (``model``, ``deps``, ``event_stream_handler``).
     """
     try:
-        with telemetry_scope():  # issue 22: replayed steps stay out of exported telemetry (pydantic-ai >= 2.68)
+        # Every run started here at the top level is the attempt's first run (after an approval, the same
+        # conversation goes on); runs started inside its tool calls are scoped under them. issue 22: replayed
+        # steps stay out of exported telemetry (pydantic-ai >= 2.68).
+        with attempt_scope(run, root_claims=True), telemetry_scope():
             return run_until_decision_needed(
                 agent,
                 prompt,
                 run,
                 output_type=agent.output_type,
                 usage_limits=run.usage_limits(usage_limits),
-                capabilities=[DurableCapability(run), *capabilities],
+                capabilities=[DurableCapability(), *capabilities],
                 **run_arguments,
             )
     except UnexpectedModelBehavior:

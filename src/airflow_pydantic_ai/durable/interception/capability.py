@@ -1,4 +1,14 @@
-"""The pydantic-ai capability that makes one agent run durable."""
+"""The pydantic-ai capability that makes agent runs durable: on any agent, inert outside a durable attempt.
+
+``DurableCapability()`` (no arguments) can sit on an agent for good (``Agent(..., capabilities=[
+DurableCapability()])``): when a run starts inside a durable attempt (the operator's ``durable=True``,
+:func:`~airflow_pydantic_ai.durable_attempt` in a plain task), it finds the attempt through a context
+variable and records into it, scoped under the step that started the run (see ``steps/nesting.py``);
+anywhere else (a test, a notebook, a task that is not durable) it does nothing at all.
+
+Guarantees: one agent run records once, however many durable capabilities it carries; a run's place in
+the attempt is decided once, in ``for_run``, before any hook fires.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +19,14 @@ from typing import Any
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import CapabilityOrdering
+from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.models import Model
 from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
 from airflow_pydantic_ai.durable.interception.model import CachingModel
 from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
+from airflow_pydantic_ai.durable.steps.nesting import current_place
 from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["DurableCapability"]
@@ -22,34 +34,53 @@ __all__ = ["DurableCapability"]
 
 @dataclass
 class DurableCapability(AbstractCapability[Any]):
-    """Wraps every model that serves a request and every toolset the run assembles in caching wrappers.
+    """Records and replays the model requests and tool calls of every run of an agent inside a durable attempt.
 
-    Pass it per run (``agent.run(..., capabilities=[DurableCapability(run)])``): the user's agent
-    is left unmodified, and every tool source (``toolsets=``, ``@agent.tool``, toolset capabilities,
-    MCP servers, dynamic toolsets) is covered without toolset ids. Output functions (``output_type=``
-    a function, ``ToolOutput(fn)``, ``TextOutput(fn)``) are recorded and replayed like tools.
+    Put it on any agent (``capabilities=[DurableCapability()]``), or pass it to one run: inside a durable
+    attempt the run is recorded and replayed like the operator's own run, outside one it is inert. Every
+    tool source (``toolsets=``, ``@agent.tool``, toolset capabilities, MCP servers, dynamic toolsets) is
+    covered without toolset ids, and output functions (``output_type=`` a function, ``ToolOutput(fn)``,
+    ``TextOutput(fn)``) are recorded and replayed like tools.
     """
 
-    run: DurableRun
+    run: DurableRun | None = None
+    """The attempt's run this capability records into (None: found when a run starts, in ``for_run``)."""
 
     def get_ordering(self) -> CapabilityOrdering:
         # Innermost: closest to the real model and tools, so other capabilities' wrappers see replays
         # exactly as they would see live answers.
         return CapabilityOrdering(position="innermost")
 
+    async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
+        if self.run is not None:
+            return self
+        place = current_place()
+        if place is None:
+            return self  # not in a durable attempt: inert
+        agent = getattr(ctx, "agent", None)
+        bound = place.run.bind(place, getattr(ctx, "run_id", None), getattr(agent, "name", None))
+        return DurableCapability(bound) if isinstance(bound, DurableRun) else self
+
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
-        # The task the run lives in: cancelled as a whole (a timeout), it bounds the wait for tool threads.
-        self.run.run_task = asyncio.current_task()
-        self.run.stats.telemetry.run_started()  # issue 22: the task's identity on the agent run's span
+        if self.run is not None:
+            # The task the run lives in: cancelled as a whole (a timeout), it bounds the wait for tool threads.
+            self.run.run_task = asyncio.current_task()
+            self.run.stats.telemetry.run_started()  # issue 22: the task's identity on the agent run's span
         return await handler()
 
+    async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> Any:
+        if self.run is not None and isinstance(error, UnexpectedModelBehavior):
+            # Retries ran out: what failed (the last answer, the retries it drew) would fail the same way on replay.
+            self.run.forget_what_failed()
+        raise error
+
     def get_wrapper_model(self, model: Model) -> Model | None:
-        if isinstance(model, CachingModel):
+        if self.run is None or isinstance(model, CachingModel):
             return None
         return CachingModel(model, self.run)
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
-        if isinstance(toolset, CachingToolset):
+        if self.run is None or isinstance(toolset, CachingToolset):
             return None
         return CachingToolset(wrapped=toolset, run=self.run)
 
@@ -58,7 +89,7 @@ class DurableCapability(AbstractCapability[Any]):
     ) -> Any:
         # Only an output *function* can have side effects; plain output types are pure validation, and a
         # partial output while streaming is looked at again when the stream ends.
-        if not output_context.has_function or ctx.partial_output:
+        if self.run is None or not output_context.has_function or ctx.partial_output:
             return await handler(output)
         call = output_context.tool_call
         step = self.run.output_step(

@@ -1,4 +1,10 @@
-"""CachingToolset: a pydantic-ai toolset wrapper that replays recorded tool results."""
+"""CachingToolset: a pydantic-ai toolset wrapper that replays recorded tool results.
+
+A tool marked live in pydantic-ai's own tool metadata (``metadata={TOOL_CONFIG_KEY: False}``, what
+:func:`live_tool` returns: the per-tool durable configuration pydantic-ai's engines read, where
+``False`` means "not a durable unit") runs on every try and is never recorded; the steps after it
+replay as long as its result does not change what the model is sent.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,25 @@ from airflow_pydantic_ai.durable.steps.tool_step import CANCELLED_RUN_GRACE
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.run import DurableRun
 
-__all__ = ["CANCELLED_RUN_GRACE", "CachingToolset"]
+__all__ = ["CANCELLED_RUN_GRACE", "TOOL_CONFIG_KEY", "CachingToolset", "live_tool"]
+
+TOOL_CONFIG_KEY = "airflow_pydantic_ai"
+"""The tool metadata key of this engine's per-tool durable configuration (pydantic-ai's ``tool_config_key``)."""
+
+
+def live_tool() -> dict[str, Any]:
+    """Tool metadata that makes a tool run live on every try (never recorded, never replayed).
+
+    ``@agent.tool_plain(metadata=live_tool())``, ``Tool(fn, metadata=live_tool())``,
+    ``FunctionToolset(..., metadata=live_tool())``: for a clock, a status check, a lock.
+    """
+    return {TOOL_CONFIG_KEY: False}
+
+
+def is_live_tool(tool: ToolsetTool[Any]) -> bool:
+    """Whether the tool's metadata opts it out of replay (``{TOOL_CONFIG_KEY: False}``)."""
+    metadata = tool.tool_def.metadata or {}
+    return metadata.get(TOOL_CONFIG_KEY) is False
 
 
 @dataclass
@@ -38,10 +62,18 @@ class CachingToolset(WrapperToolset[Any]):
     ) -> Any:
         if self.run is None:
             return await self.wrapped.call_tool(name, tool_args, ctx, tool)
-        step = self.run.tool_step(name, tool_args, ctx.tool_call_id, ctx.messages)
-        return await step.replay_or_run(
-            lambda: self.wrapped.call_tool(name, tool_args, ctx, tool), in_thread=_runs_in_a_thread(tool)
-        )
+        step = self.run.tool_step(name, tool_args, ctx.tool_call_id, ctx.messages, live=is_live_tool(tool))
+        if step.is_replay:
+            return step.replay()
+        requests_before, recorded_before = ctx.usage.requests, self.run.stats.model_requests
+        try:
+            return await step.replay_or_run(
+                lambda: self.wrapped.call_tool(name, tool_args, ctx, tool), in_thread=_runs_in_a_thread(tool)
+            )
+        finally:
+            unrecorded = (ctx.usage.requests - requests_before) - (self.run.stats.model_requests - recorded_before)
+            if unrecorded > 0:
+                self.run.unrecorded_requests(step.label, unrecorded)
 
 
 def _runs_in_a_thread(tool: ToolsetTool[Any]) -> bool:

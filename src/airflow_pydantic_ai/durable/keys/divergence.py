@@ -30,16 +30,26 @@ class Divergence:
     """The request components those warnings name, for the durable report (issue 22)."""
 
     @classmethod
-    def of(cls, entries: Mapping[str, StepEntry]) -> Divergence:
-        """Everything in the cache was loaded before this attempt began: it is all from earlier attempts."""
+    def of(cls, entries: Mapping[str, StepEntry], scope: tuple[str, int] | None = None) -> Divergence:
+        """Everything in the cache was loaded before this attempt began: it is all from earlier attempts.
+
+        ``scope``: the agent run whose steps to compare (None: the attempt's first top-level run).
+        """
         recorded: dict[int, StepEntry] = {}
         for entry in entries.values():
-            if entry.kind != "model":
+            if entry.kind != "model" or entry.scope_id != scope:
                 continue
             known = recorded.get(entry.step)
             if known is None or entry.attempt > known.attempt:
                 recorded[entry.step] = entry
         return cls(recorded_at_step=recorded)
+
+    def for_scope(self, entries: Mapping[str, StepEntry], scope: tuple[str, int]) -> Divergence:
+        """The divergence of another agent run of the attempt (its warnings go to the same attempt record)."""
+        other = Divergence.of(entries, scope)
+        other.changes = self.changes
+        other.changed_components = self.changed_components  # issue 22: the report names them too
+        return other
 
     def explain_miss(self, number: int, components: dict[str, Any]) -> str | None:
         """The WARNING for a model step that missed the cache, if it is the first to leave the recorded path."""

@@ -22,7 +22,7 @@ from pydantic_ai.tools import ToolDenied
 from airflow_pydantic_ai.durable.storage.entry import DECISION_KIND, StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.owner import StepOwner
 
 __all__ = ["Decision", "DecisionStep"]
 
@@ -77,7 +77,7 @@ class Decision:
 class DecisionStep:
     """The decision slot of one pending call: what the cache holds for it, and recording a new one."""
 
-    run: DurableRun
+    run: StepOwner
     call: ToolCallPart
     key: str | None
     """None when the conversation could not be fingerprinted: such a call cannot wait durably."""

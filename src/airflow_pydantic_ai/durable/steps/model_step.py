@@ -26,7 +26,7 @@ from airflow_pydantic_ai.durable.steps.cost import response_cost
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.owner import StepOwner
 
 __all__ = ["ModelStep"]
 
@@ -35,7 +35,7 @@ __all__ = ["ModelStep"]
 class ModelStep:
     """A model request of a durable run, replayed or live."""
 
-    run: DurableRun
+    run: StepOwner
     place: ModelKey
     replayed: ModelResponse | None = None
     replayed_usage: dict[str, Any] = field(default_factory=dict)
@@ -96,7 +96,7 @@ class ModelStep:
         run.stats.step_done("model", replayed=True, usage=usage, cost=cost)  # issue 22: report, telemetry
         run.ledger.replayed_requests += 1
         run.last_answer.model_entries = [self.entry_name]
-        run.log.info("Durable: model step %d (%s) replayed from the cache", self.number, self.label)
+        run.log.info("Durable: model step %d (%s)%s replayed from the cache", self.number, self.label, run.who)
         return self.replayed
 
     def _recorded_spend(self, response: ModelResponse) -> tuple[RequestUsage, Decimal | None]:
@@ -116,9 +116,10 @@ class ModelStep:
         self.run.stats.step_done("model", replayed=False)  # issue 22: report, telemetry
         self.run.keys.model_request_failed(self.place)
         self.run.log.info(
-            "Durable: model step %d (%s) failed after %.2f s (%s)",
+            "Durable: model step %d (%s)%s failed after %.2f s (%s)",
             self.number,
             self.label,
+            self.run.who,
             time.monotonic() - self.started,
             type(error).__name__,
         )
@@ -130,9 +131,10 @@ class ModelStep:
         cost = response_cost(response)  # issue 22: priced once, for the report and the entry
         run.stats.step_done("model", replayed=False, usage=response.usage, cost=cost)
         run.log.info(
-            "Durable: model step %d (%s) ran live in %.2f s",
+            "Durable: model step %d (%s)%s ran live in %.2f s",
             self.number,
             self.label,
+            run.who,
             time.monotonic() - self.started,
         )
         if self.key is None:
@@ -163,6 +165,7 @@ class ModelStep:
             components=self.place.components,
             usage=usage,
             recorded_at=time.time(),
+            scope=run.entry_scope,
         )
         what = f"model step {self.number} ({self.label})"
         run.last_answer.model_entries = [entry.name]

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
@@ -33,8 +33,10 @@ from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget, Spent
 from airflow_pydantic_ai.durable.steps.cleanup import delete_after_success, discard_earlier_run, tidy_failed_try
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
+from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
+from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
@@ -45,9 +47,6 @@ from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, 
 from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.storage.store import StepStore
-
-if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.decision import DecisionStep
 
 __all__ = ["DurableRun"]
 
@@ -73,6 +72,10 @@ class DurableRun:
     """The usage limits counted across tries, when the task asked for them (``budget.py``)."""
     report_readers: list[Callable[[DurableReport], None]] = field(default_factory=list, repr=False)
     """Given the report once the attempt ended (:meth:`when_ended`)."""
+    scope: RunScope | None = None
+    """Where this agent run sits in the attempt; None for the attempt's first run at the top level."""
+    family: AttemptFamily = field(default_factory=lambda: AttemptFamily(), repr=False)
+    """What every agent run of the attempt shares (the runs bound so far, one-time warnings)."""
 
     @classmethod
     def open(
@@ -175,10 +178,6 @@ class DurableRun:
         return self.stats.saved_input_tokens
 
     @property
-    def saved_output_tokens(self) -> int:
-        return self.stats.saved_output_tokens
-
-    @property
     def retry_storage_after(self) -> float:
         """Once writes keep failing (or the start probe failed), skip them for this many seconds, then try again."""
         return self.writer.backoff.retry_after
@@ -187,15 +186,81 @@ class DurableRun:
     def retry_storage_after(self, seconds: float) -> None:
         self.writer.backoff.retry_after = seconds
 
+    @property
+    def who(self) -> str:
+        """`` of agent 'name'`` in step log lines once the attempt has run more than one agent, else empty."""
+        if self.family.agent_runs <= 1:
+            return ""
+        agent = self.scope.agent if self.scope is not None else self.family.first_agent
+        return (
+            f" of agent {agent!r}" if agent else " of the first agent" if self.scope is None else " of a nested agent"
+        )
+
+    @property
+    def entry_scope(self) -> dict[str, Any] | None:
+        """What each entry of this run stores about its place (None at the top level: entries as before)."""
+        return None if self.scope is None else self.scope.to_payload()
+
+    def bind(self, place: Place, run_id: str | None, agent: str | None) -> DurableRun | None:
+        """The run of the attempt an agent run starting at ``place`` records into; None when one is bound already."""
+        family = self.family
+        if run_id is not None and run_id in family.bound:
+            return None  # a second durable capability on the same run: the first one records it
+        top = place.parent is None and place.top_level
+        index = 0 if top and place.root_claims else place.next_index()
+        if top and index == 0:
+            bound = self
+            if family.agent_runs == 0:
+                family.first_agent = agent
+                family.agent_runs = 1
+        else:
+            family.agent_runs += 1
+            bound = self.nested(
+                RunScope(parent=place.parent or TOP, index=index, at=place.at, agent=agent, depth=place.depth),
+                keyed=place.parent is not None or top,
+            )
+        if run_id is not None:
+            family.bound[run_id] = bound
+        return bound
+
+    def nested(self, scope: RunScope, *, keyed: bool = True) -> DurableRun:
+        """A run of the same attempt with its own key chain, started from ``scope`` (shares entries, writer, counts)."""
+        keys = KeyChain(self.keys.fingerprinter, lineage=scope.chain_start())
+        keys.failed_closed = not keyed
+        return DurableRun(
+            writer=self.writer,
+            attempt=self.attempt,
+            entries=self.entries,
+            keys=keys,
+            stats=self.stats,
+            divergence=self.divergence.for_scope(self.entries, scope.id),
+            scope=scope,
+            family=self.family,
+            budget=self.budget,  # issue 22: a budget across tries covers nested runs too
+        )
+
+    def running(self, key: str | None) -> AbstractContextManager[None]:
+        """While a step's call runs live: agent runs started inside it are scoped under ``key``."""
+        return step_scope(self, key, self.keys.model_steps)
+
+    def unrecorded_requests(self, label: str, count: int) -> None:
+        """``count`` model requests ran inside ``label``'s call without passing through a durable run: one WARNING."""
+        if not self.family.warn_once("unrecorded requests"):
+            return
+        self.log.warning(
+            "Durable: %s made %d model request(s) that are not recorded: an agent run inside it has no "
+            "DurableCapability, so it runs again on a retry. Make it durable: Agent(..., "
+            "capabilities=[DurableCapability()]) (from airflow_pydantic_ai.durable import DurableCapability), "
+            "or pass capabilities=[DurableCapability()] to its run",
+            label,
+            count,
+        )
+
     def entry_unusable(self, entry: StepEntry, error: object, consequence: str) -> None:
         """One WARNING for an entry that cannot be rebuilt: it is never replayed, ``consequence`` happens instead."""
         self.log.warning(
             "Durable: cache entry %s%s cannot be rebuilt (%s); %s", self.store.location, entry.name, error, consequence
         )
-
-    def what_next(self, on_retry: str = "runs again on a retry") -> str:
-        """What happens to a step that was not cached: ``on_retry``, unless this is the last try."""
-        return self.outlook.what_next(on_retry)
 
     # --- lookup and step creation ------------------------------------------------------------------
 
@@ -204,6 +269,14 @@ class DurableRun:
         # Only the answer to *this* request, and the retries it draws, can make the run fail (see forget_what_failed).
         self.last_answer = LastAnswer(number=self.keys.model_steps + 1)
         self.ledger.pending_tool_replays = 0
+        if messages and _compacted(messages[0]) and self.family.warn_once("compaction"):
+            self.log.warning(
+                "Durable: the conversation before model step %d%s was compacted by a capability; pydantic-ai sends "
+                "that compaction request outside the run's model wrapper, so it is not recorded and runs again on a "
+                "retry (the steps after it replay when it summarizes the conversation the same way)",
+                self.keys.model_steps + 1,
+                self.who,
+            )
         place = self.keys.next_model_key(model, messages, settings, parameters)
         step = ModelStep(run=self, place=place)
         if place.failure is not None:
@@ -229,9 +302,18 @@ class DurableRun:
         return step
 
     def tool_step(
-        self, tool_name: str, tool_args: dict[str, Any], tool_call_id: str | None, messages: Sequence[ModelMessage]
+        self,
+        tool_name: str,
+        tool_args: dict[str, Any],
+        tool_call_id: str | None,
+        messages: Sequence[ModelMessage],
+        *,
+        live: bool = False,
     ) -> ToolStep:
-        """Fingerprint a tool call and look it up."""
+        """Fingerprint a tool call and look it up (``live``: the tool opted out of replay; it runs, unrecorded)."""
+        if live:
+            label = f"tool {tool_name} (call {tool_call_id})" if tool_call_id else f"tool {tool_name}"
+            return ToolStep(run=self, label=label + self.who, tool_name=tool_name, key=None, live=True)
         raw_arguments = _raw_arguments(messages, tool_call_id, tool_args)
         return self._call_step("tool", tool_name, raw_arguments, tool_call_id, messages)
 
@@ -245,6 +327,7 @@ class DurableRun:
         self, kind: str, name: str, raw_arguments: Any, tool_call_id: str | None, messages: Sequence[ModelMessage]
     ) -> ToolStep:
         label = f"{kind} {name} (call {tool_call_id})" if tool_call_id else f"{kind} {name}"
+        label += self.who
         step = ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=kind == "tool", call_id=tool_call_id)
         if self.keys.failed_closed:
             return step
@@ -266,8 +349,6 @@ class DurableRun:
         ``messages`` is the run's conversation; the key covers it up to the model answer that made the
         call (the tool key formula), and the chain of model steps so far.
         """
-        from airflow_pydantic_ai.durable.steps.decision import DecisionStep
-
         step = DecisionStep(run=self, call=call, key=None, step_number=self.keys.model_steps)
         if self.keys.failed_closed:
             return step
@@ -283,6 +364,10 @@ class DurableRun:
             return step
         step.load()
         return step
+
+    def decide(self, call: ToolCallPart, *, key: str, step_number: int, decision: Decision) -> None:
+        """Record a person's decision on ``call`` (asked under ``key`` at model step ``step_number``)."""
+        DecisionStep(run=self, call=call, key=key, step_number=step_number).record(decision)
 
     def record_decision(self, entry: StepEntry, what: str) -> None:
         """Store a decision and use it in this attempt (one that could not be stored is asked again on a retry)."""
@@ -355,10 +440,12 @@ class DurableRun:
                 return
         who = "a retry" if self.outlook.retry_coming else "a later try (after a clear)"
         self.log.info(
-            "Durable: the run failed on %s; removed from the cache so %s asks again instead of replaying it",
+            "Durable: the run%s failed on %s; removed from the cache so %s asks again instead of replaying it",
+            self.who,
             self.last_answer.describe(),
             who,
         )
+        self.last_answer = LastAnswer(number=self.last_answer.number)  # forgotten once, however many hooks see it
 
     def end_failed_try(self) -> None:
         """This try failed: remove the folders it created and left empty; on the last try, say the cache is kept."""
@@ -407,6 +494,11 @@ class DurableRun:
         if not self.finished and (self.entries or self.writer.written):
             record = AttemptRecord(self.attempt, self.summary(), tuple(self.divergence.changes))
             record_attempt(self.store, record, warn=self.log.warning)
+
+
+def _compacted(message: ModelMessage) -> bool:
+    """Whether the conversation starts with a compaction summary (a capability replaced the history with it)."""
+    return any(isinstance(part, CompactionPart) for part in message.parts)
 
 
 def _raw_arguments(messages: Sequence[ModelMessage], tool_call_id: str | None, fallback: dict[str, Any]) -> Any:

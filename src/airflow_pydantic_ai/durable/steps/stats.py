@@ -97,6 +97,11 @@ class AttemptStats:
         if not replayed and self.on_live_step is not None:
             self.on_live_step(self.tally.live)
 
+    @property
+    def model_requests(self) -> int:
+        """Model steps so far, replayed or live (every agent run of the attempt)."""
+        return self.replayed.model + self.executed.model
+
     def model_replayed(self, entry_name: str, usage: dict[str, Any]) -> None:
         self.replayed.model += 1
         self.saved_input_tokens += int(usage.get("input_tokens") or 0)

@@ -19,15 +19,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from pydantic import TypeAdapter
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed, ToolRetryError
-from pydantic_ai.messages import RetryFeedbackPart, ToolReturnPart
 
-from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
+from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
+from airflow_pydantic_ai.durable.steps.outcome import (
+    Raised,
+    RetrySignal,
+    Returned,
+    ToolOutcome,
+    decode_outcome,
+    encode_outcome,
+)
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.steps.owner import StepOwner
 
 __all__ = ["CANCELLED_RUN_GRACE", "ToolStep"]
 
@@ -36,26 +42,25 @@ CANCELLED_RUN_GRACE = 2.0
 ``execution_timeout``, a SIGTERM, Ctrl-C): its result is recorded if it comes within them; after
 them the run ends and the tool's thread is left to finish on its own, unrecorded."""
 _POLL = 0.1
-_RAISED_OUTCOMES: dict[str, type[Exception]] = {"ModelRetry": ModelRetry, "ToolFailed": ToolFailed}
-_RETRY_PART: TypeAdapter[RetryFeedbackPart | ToolReturnPart] = TypeAdapter(RetryFeedbackPart | ToolReturnPart)
 
 
 @dataclass
 class ToolStep:
     """A tool call (or output function call) of a durable run, replayed or live; counted as a tool step."""
 
-    run: DurableRun
+    run: StepOwner
     label: str
     tool_name: str
     key: str | None
     is_tool: bool = True
     """A function tool (False: an output function, which pydantic-ai does not count as a tool call)."""
     call_id: str | None = None
-    replayed: tuple[Any] | None = None
-    replayed_error: Exception | None = None
+    replayed: ToolOutcome | None = None
     started: float = field(default_factory=time.monotonic)
     abandoned: bool = False
     """The run ended before this live call did: whatever it returns later is not recorded."""
+    live: bool = False
+    """The tool opted out of replay (its metadata): it runs on every try and is never recorded."""
 
     @property
     def entry_name(self) -> str:
@@ -67,23 +72,15 @@ class ToolStep:
 
     @property
     def is_replay(self) -> bool:
-        return self.replayed is not None or self.replayed_error is not None
+        return self.replayed is not None
 
     def load(self, entry: StepEntry) -> None:
         """Take the recorded outcome from ``entry`` (a damaged one is ignored with a warning: the call runs live)."""
-        outcome = entry.payload.get("outcome")
         try:
-            if outcome == "return":
-                self.replayed = (decode_value(entry.payload["value"]),)
-            elif outcome in _RAISED_OUTCOMES:
-                self.replayed_error = _RAISED_OUTCOMES[outcome](str(entry.payload["message"]))
-            elif outcome == "ToolRetryError":
-                self.replayed_error = ToolRetryError(_RETRY_PART.validate_python(entry.payload["part"]))
-            else:
-                raise UnsupportedValue(f"unknown outcome {outcome!r}")
+            self.replayed = decode_outcome(entry.payload)
         except Exception as error:  # whatever is wrong with the stored outcome, run the call live
             self.run.entry_unusable(entry, error, f"{self.label} runs live")
-            self.replayed, self.replayed_error = None, None
+            self.replayed = None
 
     async def replay_or_run(self, call: Callable[[], Awaitable[Any]], *, in_thread: bool = False) -> Any:
         """The recorded outcome; or ``call()`` live, recorded. ``in_thread``: the call runs in a worker thread
@@ -102,21 +99,24 @@ class ToolStep:
         run.stats.tool_replayed(self.entry_name)
         run.stats.step_done(self.kind, replayed=True)  # issue 22: report, telemetry
         run.log.info("Durable: %s replayed from the cache", self.label)
-        if self.replayed_error is not None:
-            if not isinstance(self.replayed_error, ToolFailed):  # a retry: it may be what makes the run fail
-                run.last_answer.drew_retry(self.entry_name, self.label, type(self.replayed_error).__name__)
-            raise self.replayed_error
-        assert self.replayed is not None
-        if self.is_tool:
-            run.ledger.replayed_tool_returns += 1
-        return self.replayed[0]
+        outcome = self.replayed
+        assert outcome is not None
+        if isinstance(outcome, Returned):
+            if self.is_tool:
+                run.ledger.replayed_tool_returns += 1
+            return outcome.value
+        if not isinstance(outcome.error, ToolFailed):  # a retry: it may be what makes the run fail
+            run.last_answer.drew_retry(self.entry_name, self.label, type(outcome.error).__name__)
+        raise outcome.error
 
     # --- running live ----------------------------------------------------------------------------
 
     async def _recorded(self, call: Awaitable[Any]) -> Any:
         """Await a live call and record its outcome."""
         try:
-            result = await call
+            # Agent runs started by the call (a delegate) are scoped under this step.
+            with self.run.running(self.key):
+                result = await call
         except (ModelRetry, ToolFailed) as error:
             self._record_raise(error)
             raise
@@ -176,7 +176,11 @@ class ToolStep:
     def _finish(self) -> int:
         self.run.stats.executed.tool += 1
         self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
-        self.run.log.info("Durable: %s ran live in %.2f s", self.label, time.monotonic() - self.started)
+        elapsed = time.monotonic() - self.started
+        if self.live:
+            self.run.log.info("Durable: %s ran live in %.2f s (a live tool: never recorded)", self.label, elapsed)
+            return self.run.keys.model_steps
+        self.run.log.info("Durable: %s ran live in %.2f s", self.label, elapsed)
         if self.key is None:
             self.run.writer.skipped()
         return self.run.keys.model_steps
@@ -188,12 +192,12 @@ class ToolStep:
         if self.key is None:
             return
         try:
-            encoded = encode_value(value)
+            payload = encode_outcome(Returned(value))
         except UnsupportedValue as error:
             self.run.writer.skipped()
             self.run.log.warning("Durable: the result of %s is not cached: %s", self.label, error)
             return
-        self._write(step_number, {"outcome": "return", "value": encoded})
+        self._write(step_number, payload)
 
     def _record_failure(self, error: BaseException) -> None:
         """The tool ran and raised (or was cancelled): counted as executed; a retry runs it again."""
@@ -220,7 +224,7 @@ class ToolStep:
             return
         if isinstance(error, ModelRetry):  # ToolFailed costs no retry: it can never exhaust them
             self.run.last_answer.drew_retry(self.entry_name, self.label, "ModelRetry")
-        self._write(step_number, {"outcome": type(error).__name__, "message": error.message})
+        self._write(step_number, encode_outcome(Raised(error)))
 
     def _record_retry_signal(self, error: ToolRetryError) -> None:
         """A retry already in pydantic-ai's own form: stored as the part it sends the model, replayed as is."""
@@ -229,9 +233,8 @@ class ToolStep:
         step_number = self._finish()
         if self.key is None:
             return
-        part = _RETRY_PART.dump_python(error.tool_retry, mode="json")
         self.run.last_answer.drew_retry(self.entry_name, self.label, "ToolRetryError")
-        self._write(step_number, {"outcome": "ToolRetryError", "part": part})
+        self._write(step_number, encode_outcome(RetrySignal(error)))
 
     def _write(self, step_number: int, payload: dict[str, Any]) -> None:
         assert self.key is not None
@@ -245,6 +248,7 @@ class ToolStep:
             call_id=self.call_id,
             role="tool" if self.is_tool else "output",
             recorded_at=time.time(),
+            scope=self.run.entry_scope,
         )
         self.run.writer.persist(entry, self.label)
 

@@ -26,6 +26,7 @@ __all__ = [
     "RESULT_ENTRY",
     "RESULT_KEY",
     "SCHEMA_VERSION",
+    "TOP_PARENT",
     "Cipher",
     "CorruptEntry",
     "SealedEntry",
@@ -60,6 +61,9 @@ def is_entry_name(name: str) -> bool:
     """Entries are ``{kind}-{key}.json``; temporary files, probes and notes start with a dot."""
     return name.endswith(".json") and not name.startswith(".")
 
+
+TOP_PARENT = "top"
+"""The ``parent`` in the scope of an agent run started at the attempt's top level after its first run."""
 
 RESULT_KEY = "output"
 RESULT_ENTRY = entry_name("result", RESULT_KEY)
@@ -129,6 +133,21 @@ class StepEntry:
     """None: the kind's own role (entries written before 0.2.0 have no role)."""
     recorded_at: float | None = None
     """When the entry was written, in seconds since the epoch (None in entries written before 0.2.0)."""
+    scope: dict[str, Any] | None = None
+    """The agent run the step belongs to when it is not the attempt's first top-level run: ``parent`` (the key of
+    the step that started the run, or ``top``), ``index`` (among the runs that step started), ``at`` (the model
+    step of the enclosing run that asked for that step), ``agent`` (its name) and ``depth``. Absent (None) in
+    entries of the first run and in every entry written before 0.3.0, so those are stored as they always were."""
+
+    @property
+    def scope_id(self) -> tuple[str, int] | None:
+        """Which agent run of the attempt wrote the entry (None: the first top-level run)."""
+        if not self.scope:
+            return None
+        try:
+            return (str(self.scope["parent"]), int(self.scope["index"]))
+        except (KeyError, TypeError, ValueError):
+            return None
 
     @property
     def name(self) -> str:
@@ -156,6 +175,8 @@ class StepEntry:
             "recorded_at": self.recorded_at,
             "payload": self.payload,
         }
+        if self.scope is not None:
+            body["scope"] = self.scope
         body["checksum"] = _checksum(body)
         data = _json_bytes(body)
         if cipher is None:
@@ -214,6 +235,7 @@ class StepEntry:
                 call_id=None if body.get("call_id") is None else str(body["call_id"]),
                 role=body.get("role"),
                 recorded_at=None if body.get("recorded_at") is None else float(body["recorded_at"]),
+                scope=None if body.get("scope") is None else dict(body["scope"]),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptEntry(f"a field is missing or malformed: {error}") from None

@@ -5,7 +5,9 @@ goes through :class:`CacheReader`; nobody parses entry names or JSON by hand.
 
 Numbering: the steps are numbered from 1 in the order they were recorded: by the model step they
 belong to (a tool call belongs to the model answer that asked for it), the model answer first, then
-its tool and output function calls by the time they were written. The same numbering drives
+its tool and output function calls by the time they were written. The steps of an agent run started
+inside a tool call (a delegate) come right before that call's own entry (they happened while it ran),
+run by run, each in the same order; the runs of further agents at the top level come last. The same numbering drives
 :meth:`CacheReader.delete_from`: deleting step N and everything after it makes the next try replay
 steps 1..N-1 and run live from step N ("fork at step N").
 
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, SealedEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.entry import TOP_PARENT, CorruptEntry, SealedEntry, StepEntry
 from airflow_pydantic_ai.durable.storage.step_costs import StepCost
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
@@ -57,13 +59,22 @@ class StepInfo:
     """Why a damaged or encrypted entry cannot be shown."""
     cost: StepCost = field(default_factory=StepCost)
     """A model step's tokens and estimated cost, as recorded (``step_costs.py``)."""
+    agent: str | None = None
+    """The agent that made the step, when it is not the attempt's first agent (a delegate, a second agent)."""
+    depth: int = 0
+    """0 for the attempt's first agent; 1 for a run started inside one of its tool calls, and so on."""
+
+    @property
+    def shown_name(self) -> str:
+        """The name with the agent that made the step, when it is not the attempt's first: ``check (agent helper)``."""
+        return f"{self.name} (agent {self.agent})" if self.agent else self.name
 
     def as_row(self) -> dict[str, Any]:
         """The step as a flat dict (the columns of ``cache show``)."""
         return {
             "step": self.number,
             "kind": self.kind,
-            "name": self.name,
+            "name": self.shown_name,
             "call_id": self.call_id or "",
             "attempt": self.attempt,
             "recorded_at": self.recorded_at.isoformat() if self.recorded_at else "",
@@ -163,9 +174,10 @@ class CacheReader:
             recorded = _timestamp(entry.recorded_at) or item.modified
             order = (entry.step, _ROLE_ORDER.get(entry.step_role, 3), recorded or _EPOCH, name)
             readable.append((order, item, entry))
-        readable.sort(key=lambda row: row[0])
         result: list[tuple[StepInfo, StepEntry | None]] = []
-        for order, item, entry in readable:
+        for order, item, entry in _in_run_order(readable):
+            scope = entry.scope or {}
+            agent = scope.get("agent")
             info = StepInfo(
                 number=len(result) + 1,
                 kind=entry.step_role,
@@ -176,6 +188,8 @@ class CacheReader:
                 size=item.size,
                 entry_name=item.name,
                 cost=StepCost.of(entry.kind, entry.usage),
+                agent=None if agent is None and not scope else str(agent or "(unnamed agent)"),
+                depth=int(scope.get("depth", 1)) if scope else 0,
             )
             result.append((info, entry))
         for item, kind, problem in unreadable:
@@ -195,6 +209,56 @@ class CacheReader:
 
 
 _EPOCH = dt.datetime.fromtimestamp(0, tz=dt.UTC)
+
+_Row = tuple[tuple[Any, ...], _Listed, StepEntry]
+
+
+def _orphan_order(scope_id: tuple[str, int]) -> tuple[bool, int]:
+    return (scope_id[0] == TOP_PARENT, scope_id[1])
+
+
+def _in_run_order(rows: list[_Row]) -> list[_Row]:
+    """The first top-level run's steps in order, each run started inside a call right before that call's entry,
+    and the further top-level runs at the end (see the module's docstring)."""
+    runs: dict[tuple[str, int] | None, list[_Row]] = {}
+    for row in rows:
+        runs.setdefault(row[2].scope_id, []).append(row)
+    for steps in runs.values():
+        steps.sort(key=lambda row: row[0])
+    started_by: dict[str, list[tuple[str, int]]] = {}
+    for scope_id in runs:
+        if scope_id is not None:
+            started_by.setdefault(scope_id[0], []).append(scope_id)
+    for scopes in started_by.values():
+        scopes.sort(key=lambda scope_id: scope_id[1])
+    placed: set[tuple[str, int] | None] = set()
+    ordered: list[_Row] = []
+
+    def emit(scope_id: tuple[str, int] | None) -> None:
+        placed.add(scope_id)
+        for row in runs.get(scope_id, []):
+            for child in started_by.get(row[2].key, ()) if row[2].kind == "tool" else ():
+                emit(child)
+            ordered.append(row)
+
+    emit(None)
+    # Runs whose starting call left no entry (it failed, or it is still running): after the model step of the
+    # first run that asked for the call; then the further top-level runs, in the order they started.
+    orphans = sorted((scope for scope in runs if scope is not None and scope not in placed), key=_orphan_order)
+    for scope_id in orphans:
+        if scope_id in placed:
+            continue
+        position = len(ordered)
+        if scope_id[0] != TOP_PARENT:
+            at = int((runs[scope_id][0][2].scope or {}).get("at", 0))
+            position = next(
+                (index for index, row in enumerate(ordered) if row[2].scope is None and row[2].step > at), position
+            )
+        tail = ordered[position:]
+        del ordered[position:]
+        emit(scope_id)
+        ordered.extend(tail)
+    return ordered
 
 
 def _or_empty(value: float | None) -> float | str:

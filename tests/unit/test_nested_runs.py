@@ -1,0 +1,330 @@
+"""Every agent run in a durable attempt is durable: delegates inside tools, the same delegate twice, parallel
+delegations, direct ``ctx.model`` calls, compaction requests, and tools that opt out of replay.
+
+Real pydantic-ai agents (FunctionModel) with counters at the models and in the tools; attempts as the
+operator makes them (``run_agent`` through :class:`DurableHarness`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.durable import DurableHarness
+
+from airflow_pydantic_ai.durable import CacheReader, DurableCapability, live_tool
+
+calls: Counter[str] = Counter()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counts():
+    calls.clear()
+
+
+@pytest.fixture
+def harness(tmp_path) -> DurableHarness:
+    return DurableHarness(base=str(tmp_path / "cache"))
+
+
+def _returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+    last = messages[-1]
+    return [part for part in last.parts if isinstance(part, ToolReturnPart)] if isinstance(last, ModelRequest) else []
+
+
+def _prompt(messages: list[ModelMessage]) -> str:
+    first = messages[0]
+    assert isinstance(first, ModelRequest)
+    return str(first.parts[-1].content)  # type: ignore[union-attr]
+
+
+def helper_agent(*, flaky: dict[str, int] | None = None) -> Agent[None, str]:
+    """A delegate: asks for ``side_effect``, then ``check``, then answers; ``check`` fails while ``flaky`` says so."""
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls["helper model"] += 1
+        returns = _returns(messages)
+        topic = _prompt(messages)
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("side_effect", {"what": topic})])
+        if returns[0].tool_name == "side_effect":
+            return ModelResponse(parts=[ToolCallPart("check", {"what": topic})])
+        filed = next(
+            part.content
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart) and part.tool_name == "side_effect"
+        )
+        return ModelResponse(parts=[TextPart(f"helped with {topic}: {filed}, {returns[0].content}")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="helper", capabilities=[DurableCapability()])
+
+    @agent.tool_plain
+    def side_effect(what: str) -> str:
+        calls[f"side_effect {what}"] += 1
+        calls["side_effects"] += 1
+        return f"filed {what} as #{calls['side_effects']}"  # a new ticket number each time it runs
+
+    @agent.tool_plain
+    def check(what: str) -> str:
+        calls["check"] += 1
+        if flaky and flaky.get("failures", 0) > 0:
+            flaky["failures"] -= 1
+            raise ConnectionError("status service down")
+        return "ok"
+
+    return agent
+
+
+def outer_agent(helper: Agent[None, str], *, topics: list[list[str]]) -> Agent[None, str]:
+    """Asks for ``delegate`` calls: one model answer per item of ``topics`` (parallel calls within an item)."""
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls["outer model"] += 1
+        answered = sum(1 for message in messages if isinstance(message, ModelResponse))
+        if answered < len(topics):
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("delegate", {"topic": topic}, tool_call_id=f"c{answered}{i}")
+                    for i, topic in enumerate(topics[answered])
+                ]
+            )
+        return ModelResponse(parts=[TextPart(" | ".join(str(part.content) for part in _returns(messages)))])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="outer")
+
+    @agent.tool
+    async def delegate(ctx: RunContext[None], topic: str) -> str:
+        calls["delegate"] += 1
+        result = await helper.run(topic, usage=ctx.usage)
+        return result.output
+
+    return agent
+
+
+def test_a_delegate_failing_inside_replays_its_own_steps(harness):
+    flaky = {"failures": 1}
+    outer = outer_agent(helper_agent(flaky=flaky), topics=[["printer"]])
+    with pytest.raises(ConnectionError):
+        harness.run(outer, "go")
+    assert calls == Counter(
+        {"outer model": 1, "delegate": 1, "helper model": 2, "side_effect printer": 1, "side_effects": 1, "check": 1}
+    )
+    first = harness.logs[-1]
+    # The summary counts the delegate's steps: 3 model requests, the delegate tool failed, side_effect and check ran.
+    assert first.summary() == (
+        "Durable: replayed 0 cached steps (0 model, 0 tool), executed 6 new steps (3 model, 3 tool)"
+    )
+    assert any("of agent 'helper'" in line for line in first.at("info"))
+    # The call that started the delegate failed (no entry): its steps follow the model step that asked for it.
+    listed = [(step.kind, step.agent) for step in CacheReader(harness.store()).steps()]
+    assert listed == [("model", None), ("model", "helper"), ("tool", "helper"), ("model", "helper")]
+
+    result, _run, log = harness.run(outer, "go")
+    assert result.output == "helped with printer: filed printer as #1, ok"
+    # The delegate's model was asked exactly once more, and its side effect did not happen again.
+    assert calls["helper model"] == 3
+    assert calls["side_effect printer"] == 1
+    assert calls["outer model"] == 2  # the first answer replayed: one more live for the end
+    assert log.summary() == (
+        "Durable: replayed 4 cached steps (3 model, 1 tool), executed 4 new steps (2 model, 2 tool)"
+    )
+
+
+def test_the_same_delegate_twice_and_parallel_delegations_each_replay_their_own(harness):
+    helper = helper_agent()
+    filed: list[str] = []
+    state = {"fail": True}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls["outer model"] += 1
+        if not _returns(messages):
+            return ModelResponse(parts=[ToolCallPart("work", {"topic": "printer"})])
+        return ModelResponse(parts=[TextPart(" | ".join(str(part.content) for part in _returns(messages)))])
+
+    outer: Agent[None, str] = Agent(FunctionModel(model), name="outer")
+
+    @outer.tool_plain
+    async def work(topic: str) -> str:
+        # Two identical delegations, one after the other (the same delegate twice), then parallel delegations
+        # (two of them identical).
+        first = await helper.run(topic)
+        second = await helper.run(topic)
+        results = await asyncio.gather(*(helper.run(topic) for topic in ("laptop", "printer", "laptop")))
+        outputs = [first.output, second.output, *(result.output for result in results)]
+        filed.append(" / ".join(outputs))
+        if state["fail"]:
+            state["fail"] = False
+            raise ConnectionError("after the delegations")
+        return " / ".join(outputs)
+
+    with pytest.raises(ConnectionError):
+        harness.run(outer, "go")
+    ran = calls["helper model"]
+    assert ran == 15  # five delegations, three model requests each
+    result, _, _log = harness.run(outer, "go")
+    assert calls["helper model"] == ran  # every delegation replayed its own steps
+    assert calls["side_effect printer"] == 3 and calls["side_effect laptop"] == 2  # none again
+    assert result.output == filed[0]  # each delegation got its own recorded answers back
+
+
+def test_a_delegate_without_the_capability_is_named_once(harness):
+    plain = helper_agent()
+    plain = Agent(plain.model, name="plain")  # no DurableCapability
+
+    @plain.tool_plain
+    def side_effect(what: str) -> str:
+        return what
+
+    @plain.tool_plain
+    def check(what: str) -> str:
+        return "ok"
+
+    outer = outer_agent(plain, topics=[["a"], ["b"]])
+    harness.run(outer, "go")
+    warnings = [line for line in harness.logs[-1].at("warning") if "DurableCapability" in line]
+    assert len(warnings) == 1
+    assert "delegate" in warnings[0]
+
+
+def test_the_capability_is_inert_outside_a_durable_attempt():
+    helper = helper_agent()
+    outer = outer_agent(helper, topics=[["printer"]])
+    assert outer.run_sync("go").output == "helped with printer: filed printer as #1, ok"
+    assert outer.run_sync("go").output == "helped with printer: filed printer as #2, ok"
+    assert calls["side_effect printer"] == 2
+
+
+def test_the_read_side_lists_nested_steps_in_order_with_their_agent(harness):
+    outer = outer_agent(helper_agent(), topics=[["printer"]])
+    harness.run(outer, "go")
+    steps = CacheReader(harness.store()).steps()
+    described = [(step.kind, step.agent) for step in steps]
+    assert described == [
+        ("model", None),
+        ("model", "helper"),
+        ("tool", "helper"),
+        ("model", "helper"),
+        ("tool", "helper"),
+        ("model", "helper"),
+        ("tool", None),
+        ("model", None),
+    ]
+    assert [step.name for step in steps if step.kind == "tool"] == ["side_effect", "check", "delegate"]
+    # What ``cache show`` prints and the view shows: the agent after the step's name, for nested steps only.
+    assert steps[2].as_row()["name"] == "side_effect (agent helper)"
+    assert steps[6].as_row()["name"] == "delegate"
+
+
+def test_a_tool_that_opts_out_runs_on_every_try_while_its_neighbours_replay(harness):
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls["model"] += 1
+        answered = sum(1 for message in messages if isinstance(message, ModelResponse))
+        if answered == 0:
+            return ModelResponse(parts=[ToolCallPart("lookup", {}), ToolCallPart("status", {})])
+        if answered == 1:
+            return ModelResponse(parts=[ToolCallPart("notify", {})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model))
+    state = {"fail": True}
+
+    @agent.tool_plain
+    def lookup() -> str:
+        calls["lookup"] += 1
+        return "sunny"
+
+    @agent.tool_plain(metadata=live_tool())
+    def status() -> str:
+        calls["status"] += 1
+        return "green"  # the same on every try: what the model is sent does not change
+
+    @agent.tool_plain
+    def notify() -> str:
+        calls["notify"] += 1
+        if state["fail"]:
+            state["fail"] = False
+            raise ConnectionError("down")
+        return "sent"
+
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "go")
+    result, _, log = harness.run(agent, "go")
+    assert result.output == "done"
+    assert calls["status"] == 2  # live on both tries
+    assert calls["lookup"] == 1 and calls["model"] == 3  # its neighbours and the answer after it replayed
+    assert "Durable: tool status (call" in "\n".join(log.at("info"))
+    assert "replayed 3 cached steps (2 model, 1 tool)" in log.summary()
+
+
+def test_two_agents_one_after_another_in_one_attempt(harness):
+    helper = helper_agent()
+    second = helper_agent()
+    run, log = harness.open()
+    from airflow_pydantic_ai.durable import attempt_scope
+
+    with run.ending(), attempt_scope(run):
+        assert asyncio.run(helper.run("a")).output == "helped with a: filed a as #1, ok"
+        assert asyncio.run(second.run("a")).output == "helped with a: filed a as #2, ok"
+    calls.clear()
+    run, log = harness.open()
+    with run.ending(), attempt_scope(run):
+        assert helper.run_sync("a").output == "helped with a: filed a as #1, ok"
+        assert second.run_sync("a").output == "helped with a: filed a as #2, ok"
+    assert calls == Counter()
+    assert (
+        log.summary() == "Durable: replayed 10 cached steps (6 model, 4 tool), executed 0 new steps (0 model, 0 tool)"
+    )
+
+
+class Compacting(AbstractCapability[Any]):
+    """Compacts the conversation before the second request, the way ``OpenAICompaction`` does."""
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if len(request_context.messages) < 3:
+            return request_context
+        calls["compaction"] += 1
+        summary = ModelResponse(parts=[CompactionPart("the conversation so far")])
+        request_context.messages = [summary, request_context.messages[-1]]
+        ctx.messages[:] = request_context.messages
+        return request_context
+
+
+def test_a_compaction_request_is_named_once_as_live(harness):
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls["model"] += 1
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("lookup", {})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), capabilities=[Compacting()])
+
+    @agent.tool_plain
+    def lookup() -> str:
+        return "sunny"
+
+    harness.run(agent, "go")
+    warnings = [line for line in harness.logs[-1].at("warning") if "compacted" in line]
+    assert len(warnings) == 1
+    assert "model step 2" in warnings[0] and "runs again on a retry" in warnings[0]
+    harness.run(agent, "go")
+    assert calls["compaction"] == 2  # live on every try
+    assert calls["model"] == 2  # the requests replay: the compacted conversation is the same
