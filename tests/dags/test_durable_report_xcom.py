@@ -126,3 +126,30 @@ def test_a_failed_try_pushes_its_report_too():
     assert report["outcome"] == "failed" and report["try_number"] == 1
     assert report["steps"]["executed"]["tool"] == 2 and report["steps"]["executed"]["model"] == 1
     assert report["cache"]["deleted"] is False
+
+
+def test_a_plain_task_with_durable_attempt_pushes_its_report_too():
+    from airflow.sdk import task
+    from pydantic_ai import Agent
+
+    from airflow_pydantic_ai import DurableCapability, durable_attempt
+
+    with make_dag("report_plain_task", retries=1) as dag:
+
+        @task
+        def triage() -> str:
+            agent = Agent(
+                "test",
+                toolsets=[FunctionToolset([fetch_ticket, notify_team])],
+                capabilities=[DurableCapability()],
+            )
+            with durable_attempt():
+                return agent.run_sync("Triage ticket 42.").output
+
+        triage()
+    dr = run_dag(dag)
+
+    assert dr.state == "success"
+    report = xcom_value(dr, "triage", key="durable_report")
+    assert report["try_number"] == 2 and report["outcome"] == "succeeded"
+    assert report["steps"]["replayed"]["total"] == 2 and report["steps"]["executed"]["tool"] == 1
