@@ -1,6 +1,6 @@
 """Airflow side of durability: where a task instance's cache lives, and opening it for an attempt.
 
-Reads ``[pydantic_ai] durable_cache_path`` and ``durable_storage_errors``, builds the
+Reads ``[pydantic_ai] durable_cache_path``, ``durable_storage_errors`` and ``durable_budget_across_tries``, builds the
 ``ObjectStoragePath`` at execution time (a path that names a connection looks it up in its
 constructor), checks it, and opens a :class:`~airflow_pydantic_ai.durable.DurableRun` for the
 current try. Every misconfiguration fails here, before any model call, with a message naming the
@@ -23,6 +23,7 @@ from airflow_pydantic_ai.durable import DurableConfigError, StepStore, TaskIdent
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
+    from pydantic_ai.usage import UsageLimits
 
     from airflow_pydantic_ai.durable import DurableRun, TaskLogger
     from airflow_pydantic_ai.durable_modes import ModeSettings
@@ -43,6 +44,7 @@ __all__ = [
     "open_cache_base",
     "resolve_cache_path",
     "retries_an_earlier_try",
+    "span_attributes",
     "start_durable_run",
 ]
 
@@ -202,6 +204,17 @@ def _cipher() -> Any:
     return fernet
 
 
+def _budget_across_tries() -> bool:
+    from airflow.configuration import conf
+
+    try:
+        return conf.getboolean(CONFIG_SECTION, "durable_budget_across_tries", fallback=False)
+    except Exception as error:
+        raise DurableConfigError(
+            f"[{CONFIG_SECTION}] durable_budget_across_tries must be True or False: {error}"
+        ) from error
+
+
 def retries_an_earlier_try(ti: Any) -> bool:
     """Whether this try is Airflow's automatic retry of an earlier try of the same series.
 
@@ -321,11 +334,17 @@ class DurableSettings:
     base: CacheBase
     storage_errors: str
     """``warn`` or ``fail`` (``durable_storage_errors``)."""
+    budget_across_tries: bool = False
+    """``durable_budget_across_tries``: usage limits count every try of a task instance."""
 
     @classmethod
     def read(cls, cache_path: str | None = None) -> DurableSettings:
         """Read and check every option; raises ``DurableConfigError`` naming the one to fix."""
-        return cls(base=open_cache_base(cache_path), storage_errors=_storage_error_mode())
+        return cls(
+            base=open_cache_base(cache_path),
+            storage_errors=_storage_error_mode(),
+            budget_across_tries=_budget_across_tries(),
+        )
 
 
 def cache_rm_command(identity: TaskIdentity) -> str:
@@ -354,6 +373,19 @@ def task_identity(ti: Any, context: Any = None) -> TaskIdentity:
     )
 
 
+def span_attributes(ti: Any) -> dict[str, str | int]:
+    """The task instance's identity under the attribute names of Airflow's own task span (``worker.<task_id>``),
+    stamped on the agent's spans so that a trace backend joins them to the task."""
+    map_index = getattr(ti, "map_index", None)
+    return {
+        "airflow.dag_id": str(ti.dag_id),
+        "airflow.task_id": str(ti.task_id),
+        "airflow.dag_run.run_id": str(ti.run_id),
+        "airflow.task_instance.try_number": int(getattr(ti, "try_number", 0) or 0),
+        "airflow.task_instance.map_index": -1 if map_index is None else int(map_index),
+    }
+
+
 def start_durable_run(
     context: Any,
     *,
@@ -362,6 +394,8 @@ def start_durable_run(
     resuming: bool = False,
     on_clear: str | None = None,
     modes: ModeSettings | None = None,
+    usage_limits: UsageLimits | None = None,
+    budget_across_tries: bool | None = None,
 ) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
@@ -373,6 +407,9 @@ def start_durable_run(
     (see ``airflow_pydantic_ai.clear_policy`` and the durability guide's "When a person clears the task").
 
     ``modes``: the task's ``durable_mode`` and fixtures (``durable_modes.py``).
+
+    ``usage_limits`` count across the tries of the task instance when ``budget_across_tries`` says so (None:
+    the ``durable_budget_across_tries`` option decides).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai import clear_policy
@@ -396,6 +433,7 @@ def start_durable_run(
             settings.base.url,
         )
     this_try = ThisTry.of(ti, resuming=resuming, reschedules=_compat.reschedule_count(context))
+    across_tries = settings.budget_across_tries if budget_across_tries is None else budget_across_tries
     max_tries = getattr(ti, "max_tries", None)
     cleared = not this_try.resuming and clear_policy.is_cleared_try(ti)
     after_clear = clear_policy.decide_after_clear(context, on_clear, cleared=cleared)
@@ -414,6 +452,8 @@ def start_durable_run(
         takes_recorded_output=retries_an_earlier_try(ti),
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
+        span_attributes=span_attributes(ti),  # issue 22
+        budget=usage_limits if across_tries and usage_limits is not None else None,  # issue 22
     )
     if after_clear is not None and not after_clear.fresh:
         steps = sum(entry.kind != "result" for entry in run.entries.values())
@@ -478,7 +518,8 @@ def durable_attempt(
     :param cache_path: Overrides ``[pydantic_ai] durable_cache_path`` for this task.
     :param log: Where the durable lines go (default: the task's own log, as an operator's).
     """
-    from airflow_pydantic_ai.durable import attempt_scope
+    from airflow_pydantic_ai.durable import attempt_scope, telemetry_scope
+    from airflow_pydantic_ai.reporting import publish_report
 
     if context is None:
         from airflow.sdk import get_current_context
@@ -487,9 +528,11 @@ def durable_attempt(
     task_log = getattr(context.get("task"), "log", None) if hasattr(context, "get") else None
     logger: TaskLogger = log if log is not None else task_log or logging.getLogger("airflow.task")
     run = start_durable_run(context, log=logger, cache_path=cache_path)
-    with run.ending(), attempt_scope(run):
-        yield run
     task = context.get("task") if hasattr(context, "get") else None
+    # issue 22: the report as XCom durable_report and Airflow metrics; replayed steps kept out of telemetry
+    run.when_ended(lambda report: publish_report(context, report, log=logger, push=getattr(task, "do_xcom_push", True)))
+    with run.ending(), attempt_scope(run), telemetry_scope():
+        yield run
     if task is not None and hasattr(task, "on_success_callback"):
         delete_cache_after_success(task, run)
     else:

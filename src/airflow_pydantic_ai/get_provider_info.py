@@ -174,6 +174,20 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "True",
                         "default": "False",
                     },
+                    "durable_budget_across_tries": {
+                        "description": (
+                            "Make a durable task's usage_limits count the live usage of every try of the task "
+                            "instance, not of each try alone: what each try spent live is kept in the cache beside "
+                            "the steps, and a try that would go past a limit fails before the request, naming the "
+                            "limit and what earlier tries spent. Replayed steps never count twice. "
+                            "AgentOperator(budget_across_tries=...) overrides it per task; deleting the cache "
+                            "starts a new budget."
+                        ),
+                        "version_added": "0.3.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
                     "cache_view": {
                         "description": (
                             'Show the "Durable cache" view on task instance pages of the Airflow UI (and '

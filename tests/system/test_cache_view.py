@@ -256,6 +256,9 @@ def test_run_live_from_step_2_then_a_real_retry_replays_only_step_1(site: Site, 
         ("5", "model", "function:triage-model"),
     ], rows
     assert rows[1][3] == "call_fetch_ticket" and rows[1][4] == "1", rows
+    # Tokens on the model steps only (FunctionModel has no price: no cost), and what a retry would replay.
+    assert rows[0][7] and not rows[1][7] and not rows[0][8], rows
+    assert frame.get_by_text(re.compile(r"A retry replays 5 steps \(3 model\): [\d,]+ tokens")).count() == 1
     first_try = "Durable: replayed 0 cached steps (0 model, 0 tool), executed 6 new steps (3 model, 3 tool)"
     assert frame.get_by_text(first_try).count() == 1
     assert frame.get_by_text(str(site.cache_folder(run_id))).count() == 1

@@ -101,8 +101,9 @@ def test_json_and_yaml_keep_numbers_as_numbers_and_the_table_shows_them(capsys: 
     [step] = as_json
     assert (step["step"], step["kind"], step["name"], step["attempt"]) == (1, "tool", "fetch_ticket", 1)
     assert type(step["bytes"]) is int and step["bytes"] > 0
-    header, values = as_plain.splitlines()
+    header, values, total = as_plain.splitlines()
     assert header.split() == list(step)
+    assert total == "A retry replays 1 steps (0 model): 0 tokens (0 input, 0 output)"
     assert values.split()[:3] == ["1", "tool", "fetch_ticket"] and str(step["bytes"]) in values.split()
 
 

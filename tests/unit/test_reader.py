@@ -62,7 +62,21 @@ def test_steps_show_kind_name_call_id_and_attempt_of_new_entries(tmp_path: Path)
     times = [step.recorded_at for step in steps]
     assert all(time is not None for time in times)
     assert times == sorted(times)  # type: ignore[type-var]
-    assert steps[0].as_row().keys() == {"step", "kind", "name", "call_id", "attempt", "recorded_at", "bytes"}
+    assert steps[0].as_row().keys() == {
+        "step",
+        "kind",
+        "name",
+        "call_id",
+        "attempt",
+        "recorded_at",
+        "bytes",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+    }
+    # A model step shows the tokens its request reported (TestModel has no price: no cost); a tool step none.
+    assert type(steps[0].as_row()["input_tokens"]) is int and steps[0].as_row()["cost_usd"] == ""
+    assert steps[1].as_row()["input_tokens"] == ""
 
 
 def test_read_decodes_a_model_answer_and_a_tool_result(tmp_path: Path) -> None:

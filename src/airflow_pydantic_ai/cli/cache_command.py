@@ -248,7 +248,12 @@ def cache_show(args: Any) -> None:
         access = _open(_identity(args))
         if args.step is None:
             print(f"Cache at {access.location}", file=sys.stderr)  # stdout stays the table or document
-            _print_rows([step.as_row() for step in access.reader.steps()], args.output)
+            steps = access.reader.steps()
+            _print_rows([step.as_row() for step in steps], args.output)
+            if args.output not in ("json", "yaml") and steps:  # issue 22: what a retry replays, and saves
+                from airflow_pydantic_ai.durable import replay_total
+
+                print(replay_total([(step.kind, step.cost) for step in steps]))
             return
         try:
             info, text = access.render_step(

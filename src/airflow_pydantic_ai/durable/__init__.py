@@ -29,8 +29,10 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
     from airflow_pydantic_ai.durable.steps.mode import DurableMode, ReplayMiss, check_mode, replay_also
     from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
+    from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY, DurableReport
     from airflow_pydantic_ai.durable.steps.run import DurableRun
     from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary, plural
+    from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
     from airflow_pydantic_ai.durable.steps.writer import secret_check
     from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, TryEnding, latest_attempt, record_ending
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
@@ -44,9 +46,12 @@ if TYPE_CHECKING:
         parse_place,
     )
     from airflow_pydantic_ai.durable.storage.reader import CacheReader, StepDetail, StepInfo
+    from airflow_pydantic_ai.durable.storage.step_costs import StepCost, format_usd, replay_total
     from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = [
+    "REPORT_SCHEMA_VERSION",
+    "REPORT_XCOM_KEY",
     "SUMMARY_TEMPLATE",
     "TOOL_CONFIG_KEY",
     "ApprovalTimedOut",
@@ -60,11 +65,13 @@ __all__ = [
     "DurableConfigError",
     "DurableError",
     "DurableMode",
+    "DurableReport",
     "DurableRun",
     "DurableStorageError",
     "FixtureError",
     "Region",
     "ReplayMiss",
+    "StepCost",
     "StepDetail",
     "StepInfo",
     "StepStore",
@@ -76,6 +83,7 @@ __all__ = [
     "check_mode",
     "describe_error",
     "empty_summary",
+    "format_usd",
     "id_segment",
     "is_shortened",
     "latest_attempt",
@@ -87,13 +95,19 @@ __all__ = [
     "read_fixture",
     "record_ending",
     "replay_also",
+    "replay_total",
     "run_agent",
     "secret_check",
+    "telemetry_scope",
     "write_fixture",
 ]
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
+    "REPORT_SCHEMA_VERSION": "steps.report",
+    "REPORT_XCOM_KEY": "steps.report",
+    "SUMMARY_TEMPLATE": "steps.stats",
+    "TOOL_CONFIG_KEY": "interception.toolset",
     "ApprovalTimedOut": "errors",
     "ApprovalsUnsupported": "errors",
     "AttemptRecord": "storage.attempts",
@@ -105,16 +119,16 @@ _HOMES = {
     "DurableConfigError": "errors",
     "DurableError": "errors",
     "DurableMode": "steps.mode",
+    "DurableReport": "steps.report",
     "DurableRun": "steps.run",
     "DurableStorageError": "errors",
     "FixtureError": "storage.fixtures",
     "Region": "storage.identity",
     "ReplayMiss": "steps.mode",
-    "SUMMARY_TEMPLATE": "steps.stats",
+    "StepCost": "storage.step_costs",
     "StepDetail": "storage.reader",
     "StepInfo": "storage.reader",
     "StepStore": "storage.store",
-    "TOOL_CONFIG_KEY": "interception.toolset",
     "TaskIdentity": "storage.identity",
     "TaskLogger": "steps.stats",
     "TryEnding": "storage.attempts",
@@ -123,6 +137,7 @@ _HOMES = {
     "check_mode": "steps.mode",
     "describe_error": "errors",
     "empty_summary": "steps.stats",
+    "format_usd": "storage.step_costs",
     "id_segment": "storage.identity",
     "is_shortened": "storage.identity",
     "latest_attempt": "storage.attempts",
@@ -134,8 +149,10 @@ _HOMES = {
     "read_fixture": "storage.fixtures",
     "record_ending": "storage.attempts",
     "replay_also": "steps.mode",
+    "replay_total": "storage.step_costs",
     "run_agent": "interception.attempt",
     "secret_check": "steps.writer",
+    "telemetry_scope": "steps.telemetry",
     "write_fixture": "storage.fixtures",
 }
 

@@ -51,6 +51,10 @@ class AgentOperator(BaseOperator):
     :param toolsets: Toolsets (e.g. ``FunctionToolset``, MCP servers) the agent may use.
     :param agent_params: Further keyword arguments for ``pydantic_ai.Agent(...)``.
     :param usage_limits: A ``pydantic_ai.usage.UsageLimits``; replayed steps do not count against it.
+    :param budget_across_tries: With ``durable=True``: ``usage_limits`` count the live usage of every try of
+        the task instance, not of each try alone (kept in the cache beside the steps). A try that would go past
+        a limit fails before the request, naming the limit and what earlier tries spent. None (default): the
+        ``[pydantic_ai] durable_budget_across_tries`` option decides.
     :param durable: Record steps and replay them on a retry.
     :param agent: A ready ``pydantic_ai.Agent`` to run instead of building one. ``model_id`` or
         ``llm_conn_id``, if given, override its model for the run.
@@ -102,6 +106,7 @@ class AgentOperator(BaseOperator):
         toolsets: Sequence[Any] | None = None,
         agent_params: dict[str, Any] | None = None,
         usage_limits: UsageLimits | None = None,
+        budget_across_tries: bool | None = None,
         durable: bool = False,
         agent: Agent[Any, Any] | None = None,
         durable_cache_path: str | None = None,
@@ -150,6 +155,7 @@ class AgentOperator(BaseOperator):
         self.toolsets = list(toolsets) if toolsets else None
         self.agent_params = dict(agent_params or {})
         self.usage_limits = usage_limits
+        self.budget_across_tries = budget_across_tries
         self.durable = durable
         self.agent = agent
         self.durable_cache_path = durable_cache_path
@@ -212,6 +218,7 @@ class AgentOperator(BaseOperator):
             return _to_xcom(self._run_plain(agent, prompt, model).output)
         from airflow_pydantic_ai.durability import hint_at_retries, note_how_the_try_ends, start_durable_run
         from airflow_pydantic_ai.durable import empty_summary, run_agent
+        from airflow_pydantic_ai.reporting import publish_report
 
         try:
             # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
@@ -223,11 +230,15 @@ class AgentOperator(BaseOperator):
                 resuming=resume is not None,
                 on_clear=self.on_clear,
                 modes=self._modes,
+                usage_limits=self.usage_limits,
+                budget_across_tries=self.budget_across_tries,
             )
         except BaseException:
             # Every durable attempt logs its summary, also one that failed before any step ran.
             self.log.info(empty_summary())
             raise
+        # issue 22: the report as XCom durable_report and Airflow metrics, whatever the outcome
+        run.when_ended(lambda report: publish_report(context, report, log=self.log, push=self.do_xcom_push))
         # The summary ends every attempt, also one that stops to wait for approval (which is not a failed try).
         with note_how_the_try_ends(run, log=self.log), run.ending(waits=_waits_for_a_person):
             recorded = run.recorded_output()

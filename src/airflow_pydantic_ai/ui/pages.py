@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from html import escape
 from urllib.parse import urlencode
 
-from airflow_pydantic_ai.durable import AttemptRecord, StepInfo
+from airflow_pydantic_ai.durable import AttemptRecord, StepCost, StepInfo, format_usd, replay_total
 
 __all__ = [
     "Confirmation",
@@ -208,13 +208,28 @@ def _steps_table(data: ViewData) -> str:
             f"{escape(step.kind)}</span></td><td>{escape(step.shown_name)}</td><td><code>{escape(step.call_id or '')}"
             f"</code></td><td class='num'>{step.attempt if step.attempt is not None else ''}</td>"
             f"<td>{escape(_time(step.recorded_at))}</td><td class='num'>{escape(_size(step.size))}</td>"
+            f"<td class='num'>{_tokens(step.cost)}</td><td class='num'>{_cost(step.cost)}</td>"
             f"<td class='row-actions'>{show}</td></tr>"
         )
+    total = replay_total([(step.kind, step.cost) for step in data.steps])
     return (
-        f'<section><h2>Steps ({len(data.steps)})</h2><table class="steps"><thead><tr><th>#</th><th>Kind</th>'
-        "<th>Model or tool</th><th>Call id</th><th>Try</th><th>Recorded</th><th>Size</th><th></th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></section>"
+        f'<section><h2>Steps ({len(data.steps)})</h2><p class="totals">{escape(total)}</p>'
+        '<table class="steps"><thead><tr><th>#</th><th>Kind</th>'
+        "<th>Model or tool</th><th>Call id</th><th>Try</th><th>Recorded</th><th>Size</th><th>Tokens</th><th>Cost</th>"
+        f"<th></th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
     )
+
+
+def _tokens(cost: StepCost) -> str:
+    if cost.tokens is None:
+        return ""
+    return escape(f"{cost.tokens:,}", quote=True) + (
+        f'<span class="muted"> ({cost.input_tokens or 0:,} in, {cost.output_tokens or 0:,} out)</span>'
+    )
+
+
+def _cost(cost: StepCost) -> str:
+    return "" if cost.cost_usd is None else escape(format_usd(cost.cost_usd))
 
 
 def confirmation_page(confirmation: Confirmation) -> str:

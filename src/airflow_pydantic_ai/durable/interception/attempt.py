@@ -25,6 +25,7 @@ from pydantic_ai.exceptions import UnexpectedModelBehavior
 from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions, run_until_decision_needed
 from airflow_pydantic_ai.durable.interception.capability import DurableCapability
 from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
+from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
 
 if TYPE_CHECKING:
     from pydantic_ai import Agent
@@ -55,8 +56,9 @@ def run_agent(
         run.policy.agent = f"agent {agent.name!r}"
     try:
         # Every run started here at the top level is the attempt's first run (after an approval, the same
-        # conversation goes on); runs started inside its tool calls are scoped under them.
-        with attempt_scope(run, root_claims=True):
+        # conversation goes on); runs started inside its tool calls are scoped under them. issue 22: replayed
+        # steps stay out of exported telemetry (pydantic-ai >= 2.68).
+        with attempt_scope(run, root_claims=True), telemetry_scope():
             return run_until_decision_needed(
                 agent,
                 prompt,

@@ -67,6 +67,7 @@ class DurableCapability(AbstractCapability[Any]):
         if self.run is not None:
             # The task the run lives in: cancelled as a whole (a timeout), it bounds the wait for tool threads.
             self.run.run_task = asyncio.current_task()
+            self.run.stats.telemetry.run_started()  # issue 22: the task's identity on the agent run's span
         return await handler()
 
     async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> Any:

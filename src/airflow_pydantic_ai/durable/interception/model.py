@@ -59,6 +59,7 @@ class CachingModel(WrapperModel):
                 replayed, model_request_parameters=model_request_parameters, replay_events=True
             )
             return
+        step.before_live()
         try:
             async with self.wrapped.request_stream(
                 messages, model_settings, model_request_parameters, run_context

@@ -26,6 +26,8 @@ class Divergence:
     diverged: bool = False
     changes: list[str] = field(default_factory=list)
     """The "changed: ..." warnings of this attempt, for its attempt record."""
+    changed_components: list[str] = field(default_factory=list)
+    """The request components those warnings name, for the durable report (issue 22)."""
 
     @classmethod
     def of(cls, entries: Mapping[str, StepEntry], scope: tuple[str, int] | None = None) -> Divergence:
@@ -46,6 +48,7 @@ class Divergence:
         """The divergence of another agent run of the attempt (its warnings go to the same attempt record)."""
         other = Divergence.of(entries, scope)
         other.changes = self.changes
+        other.changed_components = self.changed_components  # issue 22: the report names them too
         return other
 
     def explain_miss(self, number: int, components: dict[str, Any]) -> str | None:
@@ -64,4 +67,5 @@ class Divergence:
             f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
         )
         self.changes.append(warning)
+        self.changed_components.extend(name for name in changes if name not in self.changed_components)
         return warning

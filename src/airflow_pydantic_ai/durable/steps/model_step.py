@@ -14,12 +14,15 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import ModelResponse
+from pydantic_ai.usage import RequestUsage
 
 from airflow_pydantic_ai.durable.keys.chain import ModelKey
 from airflow_pydantic_ai.durable.steps.codec import decode_response, encode_response
+from airflow_pydantic_ai.durable.steps.cost import response_cost
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
@@ -69,6 +72,7 @@ class ModelStep:
         replayed = self.take_replay()
         if replayed is not None:
             return replayed
+        self.before_live()
         try:
             response = await request()
         except BaseException as error:
@@ -77,20 +81,39 @@ class ModelStep:
         self.record(response)
         return response
 
+    def before_live(self) -> None:
+        """The request is about to be sent: a budget across retries may refuse it first (issue 22)."""
+        if self.run.budget is not None:
+            self.run.budget.before_request(f"model step {self.number} ({self.label})")
+
     def take_replay(self) -> ModelResponse | None:
         """The cached response, counted as replayed, or None if the step must run live."""
         if self.replayed is None:
             return None
         run = self.run
         run.stats.model_replayed(self.entry_name, self.replayed_usage)
+        usage, cost = self._recorded_spend(self.replayed)
+        run.stats.step_done("model", replayed=True, usage=usage, cost=cost)  # issue 22: report, telemetry
         run.ledger.replayed_requests += 1
         run.last_answer.model_entries = [self.entry_name]
         run.log.info("Durable: model step %d (%s)%s replayed from the cache", self.number, self.label, run.who)
         return self.replayed
 
+    def _recorded_spend(self, response: ModelResponse) -> tuple[RequestUsage, Decimal | None]:
+        """The tokens and cost the replayed request reported when it was recorded (issue 22)."""
+        recorded = self.replayed_usage
+        usage = RequestUsage(
+            input_tokens=int(recorded.get("input_tokens") or 0), output_tokens=int(recorded.get("output_tokens") or 0)
+        )
+        cost = recorded.get("cost_usd")
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            return usage, Decimal(str(cost))
+        return usage, response_cost(replace(response, usage=usage))  # unpriced, or recorded before 0.3.0
+
     def record_failure(self, error: BaseException) -> None:
         """The request was sent but raised: counted as executed, nothing to cache."""
         self.run.stats.executed.model += 1
+        self.run.stats.step_done("model", replayed=False)  # issue 22: report, telemetry
         self.run.keys.model_request_failed(self.place)
         self.run.log.info(
             "Durable: model step %d (%s)%s failed after %.2f s (%s)",
@@ -105,6 +128,8 @@ class ModelStep:
         """The request ran live: count it, and store its response (with the keys of the tries that failed before)."""
         run = self.run
         run.stats.executed.model += 1
+        cost = response_cost(response)  # issue 22: priced once, for the report and the entry
+        run.stats.step_done("model", replayed=False, usage=response.usage, cost=cost)
         run.log.info(
             "Durable: model step %d (%s)%s ran live in %.2f s",
             self.number,
@@ -124,7 +149,12 @@ class ModelStep:
                 response.state,
             )
             return
-        usage = {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens}
+        usage: dict[str, Any] = {
+            "input_tokens": response.usage.input_tokens,
+            "output_tokens": response.usage.output_tokens,
+        }
+        if cost is not None:  # issue 22: a replay and the read side take it as recorded
+            usage["cost_usd"] = float(cost)
         entry = StepEntry(
             kind="model",
             key=self.key,

@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from airflow_pydantic_ai.durable.keys.chain import KeyChain
+from airflow_pydantic_ai.durable.steps.budget import RetryBudget
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
 from airflow_pydantic_ai.durable.steps.usage import ReplayLedger
@@ -32,6 +33,8 @@ class StepOwner(Protocol):
     last_answer: LastAnswer
     writer: StepWriter
     run_task: asyncio.Task[Any] | None
+    budget: RetryBudget | None
+    """Usage limits counted across tries (issue 22), checked before a live request or tool call."""
 
     @property
     def log(self) -> TaskLogger: ...

@@ -17,7 +17,7 @@ attempt, also one that failed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +30,7 @@ from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
+from airflow_pydantic_ai.durable.steps.budget import RetryBudget, Spent
 from airflow_pydantic_ai.durable.steps.cleanup import (
     delete_after_success,
     discard_earlier_run,
@@ -42,8 +43,10 @@ from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
+from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger, plural
+from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.steps.usage import ReplayLedger, replay_aware
 from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
@@ -69,6 +72,12 @@ class DurableRun:
     run_task: asyncio.Task[Any] | None = field(default=None, repr=False)
     """The asyncio task of the agent run (set when it starts): a cancelled run stops waiting for tool threads."""
     finished: bool = field(default=False, repr=False)
+    outcome: AttemptOutcome = field(default="running", repr=False)
+    """How the attempt ended, for its report (set by :meth:`ending`)."""
+    budget: RetryBudget | None = field(default=None, repr=False)
+    """The usage limits counted across tries, when the task asked for them (``budget.py``)."""
+    report_readers: list[Callable[[DurableReport], None]] = field(default_factory=list, repr=False)
+    """Given the report once the attempt ended (:meth:`when_ended`)."""
     scope: RunScope | None = None
     """Where this agent run sits in the attempt; None for the attempt's first run at the top level."""
     family: AttemptFamily = field(default_factory=lambda: AttemptFamily(), repr=False)
@@ -91,6 +100,8 @@ class DurableRun:
         retry_coming: bool = True,
         delete_hint: str = "",
         fingerprinter: Fingerprinter | None = None,
+        span_attributes: Mapping[str, str | int] | None = None,
+        budget: UsageLimits | None = None,
     ) -> DurableRun:
         """Load the task instance's cache and start an attempt.
 
@@ -104,10 +115,20 @@ class DurableRun:
         WARNING saying what it held.
 
         ``delete_hint``: how a person deletes this cache (a command), for the log line of the last try.
+
+        ``span_attributes``: stamped on the spans pydantic-ai's instrumentation opens for this attempt's steps
+        (the Airflow side gives the task instance's identity).
+
+        ``budget``: usage limits counted across the tries of the task instance (what each try spent live is
+        kept beside the steps); see ``budget.py``.
         """
         outlook = TryOutlook(retry_coming, takes_recorded_output, delete_hint)
         writer = StepWriter(store, log, contains_secret, storage_errors, outlook)
         run = cls(writer=writer, attempt=attempt, keys=KeyChain(fingerprinter or Fingerprinter()))
+        run.stats.telemetry = StepTelemetry(dict(span_attributes or {}))  # issue 22
+        if budget is not None:  # issue 22: read before the first step, whatever the load below finds
+            run.budget = RetryBudget.load(store, attempt=attempt, limits=budget, log=log)
+            run.stats.on_live_step = run.budget.spent_live
         if probe and not writer.check_at_start():
             return run
         try:
@@ -117,6 +138,8 @@ class DurableRun:
             return run
         if loaded.entries and belongs is not None and not belongs({entry.attempt for entry in loaded.entries.values()}):
             discard_earlier_run(store, loaded.entries, attempt, log)
+            if run.budget is not None:  # what an earlier DAG run spent is not this one's
+                run.budget.earlier = run.budget.resumed = Spent()
             return run
         run.entries = loaded.entries
         if any(entry.recorded_at is None for entry in loaded.entries.values()):
@@ -222,6 +245,7 @@ class DurableRun:
             scope=scope,
             family=self.family,
             policy=self.policy,  # durable_mode: one policy for every agent run of the attempt
+            budget=self.budget,  # issue 22: a budget across tries covers nested runs too
         )
 
     def running(self, key: str | None) -> AbstractContextManager[None]:
@@ -412,9 +436,11 @@ class DurableRun:
         for a person has not failed), and the summary is logged whatever happens."""
         try:
             yield self
+            self.outcome = "succeeded"
         except BaseException as error:
             self.pack_for_next_try()
-            if not waits(error):
+            self.outcome = "waiting" if waits(error) else "failed"
+            if self.outcome == "failed":
                 self.end_failed_try()
             raise
         finally:
@@ -468,13 +494,33 @@ class DurableRun:
     def summary(self) -> str:
         return self.stats.summary()
 
+    def when_ended(self, read: Callable[[DurableReport], None]) -> None:
+        """Give ``read`` this attempt's report when it ends (right after the report line), whatever the outcome."""
+        self.report_readers.append(read)
+
+    def report(self) -> DurableReport:
+        """This attempt's durable report (as it stands: final once :meth:`ending` is over)."""
+        return DurableReport(
+            try_number=self.attempt,
+            outcome=self.outcome,
+            tally=self.stats.tally,
+            not_persisted=self.writer.not_persisted,
+            changed=tuple(self.divergence.changed_components),
+            cache_location=self.store.location,
+            cache_deleted=self.outcome == "succeeded",
+        )
+
     def log_summary(self) -> None:
         """The summary line at INFO, then what the replay saved and what was not persisted."""
+        report = self.report()  # issue 22: the report line right after the summary, then to its readers
         self.stats.log(
             self.log,
             not_persisted=self.writer.not_persisted,
             what_next=self.outlook.what_next("will run again on a retry"),
+            report_line=report.log_line(),
         )
+        for read in self.report_readers:
+            read(report)
         # A finished run deleted its cache, and a try that found and stored nothing has no cache to
         # describe: either way, leave nothing behind.
         if not self.finished and (self.entries or self.writer.written):

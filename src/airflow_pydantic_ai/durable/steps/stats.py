@@ -7,8 +7,15 @@ other count a person reads is put in words by :func:`plural` ("1 model request",
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
+
+from pydantic_ai.usage import RequestUsage
+
+from airflow_pydantic_ai.durable.steps.tally import Spend, StepKind, StepTally
+from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 
 __all__ = [
     "SUMMARY_TEMPLATE",
@@ -82,6 +89,27 @@ class AttemptStats:
     """What loading the cache read at the start of the attempt."""
     entries_skipped: int = 0
     """Entries the load ignored (damaged, foreign, another release's), each with a warning."""
+    # --- issue 22: the durable report's tally and the instrumentation, fed by step_done ---
+    tally: StepTally = field(default_factory=StepTally)
+    telemetry: StepTelemetry = field(default_factory=StepTelemetry)
+    on_live_step: Callable[[Spend], None] | None = None
+    """Told the attempt's live usage after each live step (the budget across retries keeps it beside the steps)."""
+
+    def step_done(
+        self,
+        kind: StepKind,
+        *,
+        replayed: bool,
+        usage: RequestUsage | None = None,
+        cost: Decimal | None = None,
+    ) -> None:
+        """A step ended (in the context of the request or call that asked for it): report and telemetry count it."""
+        self.tally.done(kind, replayed=replayed, usage=usage, cost=cost)
+        if kind == "decision":  # not a unit pydantic-ai's instrumentation sees, and no usage
+            return
+        self.telemetry.unit_done(executed=not replayed)
+        if not replayed and self.on_live_step is not None:
+            self.on_live_step(self.tally.live)
 
     @property
     def model_requests(self) -> int:
@@ -101,9 +129,12 @@ class AttemptStats:
     def summary(self) -> str:
         return format_summary(self.replayed, self.executed)
 
-    def log(self, log: TaskLogger, *, not_persisted: int, what_next: str) -> None:
-        """The summary line at INFO, then what the replay saved and what was not persisted."""
+    def log(self, log: TaskLogger, *, not_persisted: int, what_next: str, report_line: str = "") -> None:
+        """The summary line at INFO, the report line right after it, then what the replay saved and what was not
+        persisted."""
         log.info(self.summary())
+        if report_line:
+            log.info("%s", report_line)
         if self.replayed.total:
             log.info(
                 "Durable: the replay saved %s (%s, %s) and %s",

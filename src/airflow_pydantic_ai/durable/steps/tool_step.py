@@ -19,7 +19,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed, ToolRetryError
@@ -74,6 +74,10 @@ class ToolStep:
         return entry_name("tool", self.key or "")
 
     @property
+    def kind(self) -> Literal["tool", "output"]:
+        return "tool" if self.is_tool else "output"
+
+    @property
     def is_replay(self) -> bool:
         return self.replayed is not None
 
@@ -109,6 +113,8 @@ class ToolStep:
         ``validator_failure``: for an output function, which tells an output validator's failure from its own."""
         if self.is_replay:
             return self.replay()
+        if self.is_tool and self.run.budget is not None:  # issue 22: a budget across retries may refuse it
+            self.run.budget.before_tool_call(self.label)
         if in_thread:
             return await self._recorded_even_if_cancelled(call())
         return await self._recorded(call(), validator_failure)
@@ -117,6 +123,7 @@ class ToolStep:
         """Return (or raise) what the tool did when it was recorded."""
         run = self.run
         run.stats.tool_replayed(self.entry_name)
+        run.stats.step_done(self.kind, replayed=True)  # issue 22: report, telemetry
         outcome = self.replayed
         assert outcome is not None
         if isinstance(outcome, Validating):
@@ -191,6 +198,7 @@ class ToolStep:
         """The run was cancelled and this call's thread did not finish within ``grace`` seconds."""
         self.abandoned = True
         self.run.stats.executed.tool += 1
+        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
         self.run.writer.skipped()
         self.run.log.warning(
             "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
@@ -204,6 +212,7 @@ class ToolStep:
 
     def _finish(self) -> int:
         self.run.stats.executed.tool += 1
+        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
         elapsed = time.monotonic() - self.started
         if self.live:
             self.run.log.info("Durable: %s ran live in %.2f s (a live tool: never recorded)", self.label, elapsed)
@@ -232,6 +241,7 @@ class ToolStep:
         if self.abandoned:  # finished after its run ended: never recorded, already counted
             return
         self.run.stats.executed.tool += 1
+        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
         # The run fails (if it does) because of this call, not because of the model answer that asked
         # for it: that answer must stay cached, or its other tool calls would happen again.
         self.run.last_answer.failed_call = True
@@ -249,6 +259,7 @@ class ToolStep:
         if self.abandoned:  # finished after its run ended: never recorded, already counted
             return
         self.run.stats.executed.tool += 1
+        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
         # The run fails because of this output step, not because of the model answer that asked for it.
         self.run.last_answer.failed_call = True
         step_number = self.run.keys.model_steps

@@ -23,10 +23,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from airflow_pydantic_ai.durable.storage.entry import TOP_PARENT, SealedEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.step_costs import StepCost
 from airflow_pydantic_ai.durable.storage.store import StepStore, StoredEntry
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
@@ -57,6 +58,8 @@ class StepInfo:
     entry_name: str
     problem: str = ""
     """Why a damaged or encrypted entry cannot be shown."""
+    cost: StepCost = field(default_factory=StepCost)
+    """A model step's tokens and estimated cost, as recorded (``step_costs.py``)."""
     agent: str | None = None
     """The agent that made the step, when it is not the attempt's first agent (a delegate, a second agent)."""
     depth: int = 0
@@ -77,6 +80,9 @@ class StepInfo:
             "attempt": self.attempt,
             "recorded_at": self.recorded_at.isoformat() if self.recorded_at else "",
             "bytes": self.size,
+            "input_tokens": _or_empty(self.cost.input_tokens),
+            "output_tokens": _or_empty(self.cost.output_tokens),
+            "cost_usd": _or_empty(self.cost.cost_usd),
         }
 
 
@@ -172,6 +178,7 @@ class CacheReader:
                 recorded_at=order[2] if order[2] is not _EPOCH else None,
                 size=item.size,
                 entry_name=item.name,
+                cost=StepCost.of(entry.kind, entry.usage),
                 agent=None if agent is None and not scope else str(agent or "(unnamed agent)"),
                 depth=int(scope.get("depth", 1)) if scope else 0,
             )
@@ -246,6 +253,10 @@ def _in_run_order(rows: list[_Row]) -> list[_Row]:
         emit(scope_id)
         ordered.extend(tail)
     return ordered
+
+
+def _or_empty(value: float | None) -> float | str:
+    return "" if value is None else value
 
 
 def _timestamp(seconds: float | None) -> dt.datetime | None:

@@ -1,0 +1,155 @@
+"""The durable report under real Airflow runs: the XCom ``durable_report``, read by a downstream task, pushed on a
+failed try too; the report line in the task log."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.toolsets import FunctionToolset
+from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+
+def _try_number() -> int:
+    from airflow.sdk import get_current_context
+
+    return get_current_context()["ti"].try_number
+
+
+def fetch_ticket(ticket_id: int) -> dict:
+    """Fetch a ticket."""
+    return {"id": ticket_id, "title": "Login page times out"}
+
+
+def notify_team(ticket_id: int) -> str:
+    """Notify the team; fails on the first try."""
+    if _try_number() == 1:
+        raise ConnectionError("chat API down (first try only)")
+    return "posted"
+
+
+@pytest.fixture(autouse=True)
+def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    base = tmp_path / "durable-cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    return base
+
+
+def make_dag(dag_id: str, retries: int):
+    from airflow.sdk import DAG
+
+    return DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        default_args={"retries": retries, "retry_delay": timedelta(0)},
+    )
+
+
+def test_a_downstream_task_reads_the_report_of_the_try_that_succeeded(capfd):
+    from airflow.sdk import task
+
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    with make_dag("report_downstream", retries=1) as dag:
+        triage = AgentOperator(
+            task_id="triage",
+            prompt="Triage ticket 42.",
+            model_id="test",
+            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
+            durable=True,
+        )
+
+        # [START howto_read_durable_report]
+        @task
+        def audit(ti=None) -> dict[str, Any]:
+            report = ti.xcom_pull(task_ids="triage", key="durable_report")
+            return {
+                "replayed": report["steps"]["replayed"]["total"],
+                "saved_tokens": report["tokens"]["saved"]["input"] + report["tokens"]["saved"]["output"],
+                "saved_usd": report["cost_usd"]["saved"],
+            }
+
+        # [END howto_read_durable_report]
+
+        triage >> audit()
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "success"
+    assert task_states(dr)[("triage", -1)] == ("success", 2)
+    report = xcom_value(dr, "triage", key="durable_report")
+    # try 2 replayed the model step and fetch_ticket; notify_team ran live; then the final model step.
+    assert report["try_number"] == 2 and report["outcome"] == "succeeded"
+    assert report["steps"]["replayed"] == {"model": 1, "tool": 1, "output": 0, "decision": 0, "total": 2}
+    assert report["steps"]["executed"] == {"model": 1, "tool": 1, "output": 0, "decision": 0, "total": 2}
+    assert report["tokens"]["saved"]["input"] > 0
+    assert report["cost_usd"]["saved"] is None, "TestModel has no price"
+    assert report["cache"] == {"location": f"file://{_base(out)}", "deleted": True}
+    saved = report["tokens"]["saved"]["input"] + report["tokens"]["saved"]["output"]
+    assert xcom_value(dr, "audit") == {"replayed": 2, "saved_tokens": saved, "saved_usd": None}
+    # The report line comes right after the summary line in the task log, and says the same.
+    lines = out.splitlines()
+    summary_at = next(index for index, line in enumerate(lines) if "Durable: replayed 2 cached steps" in line)
+    logged = lines[summary_at + 1]
+    assert "Durable: report {" in logged
+    assert json.loads(logged[logged.index("{") : logged.rindex("}") + 1]) == report
+
+
+def _base(out: str) -> str:
+    marker = "Durable: the cache of this task instance is file://"
+    line = next(line for line in out.splitlines() if marker in line)
+    return line[line.index(marker) + len(marker) :].split(" (delete it")[0]
+
+
+def test_a_failed_try_pushes_its_report_too():
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    with make_dag("report_failed_try", retries=0) as dag:
+        AgentOperator(
+            task_id="triage",
+            prompt="Triage ticket 42.",
+            model_id="test",
+            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
+            durable=True,
+        )
+    dr = run_dag(dag)
+
+    assert dr.state == "failed"
+    report = xcom_value(dr, "triage", key="durable_report")
+    assert report["outcome"] == "failed" and report["try_number"] == 1
+    assert report["steps"]["executed"]["tool"] == 2 and report["steps"]["executed"]["model"] == 1
+    assert report["cache"]["deleted"] is False
+
+
+def test_a_plain_task_with_durable_attempt_pushes_its_report_too():
+    from airflow.sdk import task
+    from pydantic_ai import Agent
+
+    from airflow_pydantic_ai import DurableCapability, durable_attempt
+
+    with make_dag("report_plain_task", retries=1) as dag:
+
+        @task
+        def triage() -> str:
+            agent = Agent(
+                "test",
+                toolsets=[FunctionToolset([fetch_ticket, notify_team])],
+                capabilities=[DurableCapability()],
+            )
+            with durable_attempt():
+                return agent.run_sync("Triage ticket 42.").output
+
+        triage()
+    dr = run_dag(dag)
+
+    assert dr.state == "success"
+    report = xcom_value(dr, "triage", key="durable_report")
+    assert report["try_number"] == 2 and report["outcome"] == "succeeded"
+    assert report["steps"]["replayed"]["total"] == 2 and report["steps"]["executed"]["tool"] == 1

@@ -1,0 +1,171 @@
+"""The durable report of an attempt: exact counts, tokens and cost, live and saved, nested runs included."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
+from tests.helpers.durable import DurableHarness
+
+from airflow_pydantic_ai.durable.steps.cost import response_cost
+from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION
+
+
+@pytest.fixture
+def harness(tmp_path) -> DurableHarness:
+    return DurableHarness(base=str(tmp_path / "cache"))
+
+
+def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Asks for the lookup, then answers; each request reports 100 input tokens per request so far, 10 output."""
+    requests = sum(isinstance(message, ModelResponse) for message in messages) + 1
+    usage = RequestUsage(input_tokens=100 * requests, output_tokens=10 * requests)
+    if not any(isinstance(part, ToolReturnPart) for message in messages for part in message.parts):
+        return ModelResponse(parts=[ToolCallPart("lookup", {"city": "Paris"}, tool_call_id="c1")], usage=usage)
+    return ModelResponse(parts=[TextPart("sunny")], usage=usage)
+
+
+def flaky_agent(fail_first: list[bool]) -> Agent[Any, str]:
+    agent: Agent[Any, str] = Agent(FunctionModel(_model))
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        if fail_first:
+            fail_first.pop()
+            raise ConnectionError("weather API down")
+        return f"{city}: sunny"
+
+    return agent
+
+
+def _report_line(log: Any) -> dict[str, Any]:
+    infos = log.at("info")
+    summary_at = next(index for index, line in enumerate(infos) if line.startswith("Durable: replayed "))
+    line = infos[summary_at + 1]
+    assert line.startswith("Durable: report {")
+    return json.loads(line.removeprefix("Durable: report "))
+
+
+def test_report_counts_steps_and_tokens_live_and_saved(harness):
+    agent = flaky_agent([True])
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "weather")
+    first = _report_line(harness.logs[-1])
+    assert first == {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "try_number": 1,
+        "outcome": "failed",
+        "steps": {
+            "replayed": {"model": 0, "tool": 0, "output": 0, "decision": 0, "total": 0},
+            "executed": {"model": 1, "tool": 1, "output": 0, "decision": 0, "total": 2},
+            "not_persisted": 0,
+        },
+        "tokens": {"live": {"input": 100, "output": 10}, "saved": {"input": 0, "output": 0}},
+        "cost_usd": {"live": None, "saved": 0.0},
+        "unpriced_model_steps": {"live": 1, "saved": 0},
+        "changed": [],
+        "cache": {"location": harness.store().location, "deleted": False},
+    }
+    result, run, log = harness.run(agent, "weather")
+    assert result.output == "sunny"
+    second = _report_line(log)
+    assert second["outcome"] == "succeeded" and second["try_number"] == 2
+    assert second["steps"]["replayed"] == {"model": 1, "tool": 0, "output": 0, "decision": 0, "total": 1}
+    assert second["steps"]["executed"] == {"model": 1, "tool": 1, "output": 0, "decision": 0, "total": 2}
+    assert second["tokens"] == {"live": {"input": 200, "output": 20}, "saved": {"input": 100, "output": 10}}
+    assert second["cost_usd"] == {"live": None, "saved": None}
+    assert second["cache"]["deleted"] is True
+    # The XCom value the operator pushes is the same report.
+    assert run.report().to_json() == second
+
+
+def test_the_report_line_follows_the_summary_line(harness):
+    _result, _run, log = harness.run(flaky_agent([]), "weather")
+    infos = log.at("info")
+    summary_at = next(index for index, line in enumerate(infos) if line.startswith("Durable: replayed "))
+    assert infos[summary_at + 1].startswith("Durable: report {")
+
+
+def test_output_function_steps_are_counted_as_output(harness):
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        tool = info.output_tools[0]
+        return ModelResponse(parts=[ToolCallPart(tool.name, {"text": "done"}, tool_call_id="o1")])
+
+    def finish(text: str) -> str:
+        return text.upper()
+
+    agent: Agent[Any, str] = Agent(FunctionModel(answer), output_type=finish)
+    _result, run, _log = harness.run(agent, "go")
+    assert run.report().to_json()["steps"]["executed"]["output"] == 1
+
+
+def test_cost_is_priced_from_pydantic_ais_data_and_null_when_unknown():
+    usage = RequestUsage(input_tokens=1_000_000, output_tokens=0)
+    priced = ModelResponse(parts=[TextPart("x")], usage=usage, model_name="gpt-4o", provider_name="openai")
+    unpriced = ModelResponse(parts=[TextPart("x")], usage=usage, model_name="function:answer:")
+    expected = priced.cost().total_price
+    assert expected > 0
+    assert response_cost(priced) == expected
+    assert response_cost(unpriced) is None
+
+
+def test_approval_decisions_are_counted_recorded_then_replayed(tmp_path):
+    from tests.unit.test_approval_flow import mail_agent, open_run, run
+
+    from airflow_pydantic_ai.durable.steps.decision import Decision
+
+    first = open_run(tmp_path)
+    waiting = run(mail_agent("bob", [], []), first)
+    waiting.pending[0].record(Decision(approved=True, answered_by="alice"))
+    assert first.report().to_json()["steps"]["executed"]["decision"] == 1
+
+    resumed = open_run(tmp_path)
+    run(mail_agent("bob", [], []), resumed)
+    steps = resumed.report().to_json()["steps"]
+    assert steps["replayed"]["decision"] == 1 and steps["executed"]["decision"] == 0
+    assert steps["replayed"]["model"] == 1 and steps["executed"]["tool"] == 1
+
+
+def test_the_report_names_the_changed_components(harness):
+    agent = flaky_agent([True])
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "weather")
+    _result, run, _log = harness.run(agent, "weather in Lyon")
+    assert run.report().to_json()["changed"] == ["user prompt"]
+
+
+def test_a_delegates_steps_count_in_the_report(harness):
+    from tests.unit.test_nested_runs import helper_agent, outer_agent
+
+    outer = outer_agent(helper_agent(flaky={"failures": 1}), topics=[["printer"]])
+    with pytest.raises(ConnectionError):
+        harness.run(outer, "go")
+    _result, run, _log = harness.run(outer, "go")
+    steps = run.report().to_json()["steps"]
+    # As the summary line counts them: the outer answer and the delegate's two answers and side_effect
+    # replayed; the delegate's check, its last answer, the delegate call and the outer last answer live.
+    assert steps["replayed"] == {"model": 3, "tool": 1, "output": 0, "decision": 0, "total": 4}
+    assert steps["executed"] == {"model": 2, "tool": 2, "output": 0, "decision": 0, "total": 4}
+
+
+def test_a_budget_across_tries_covers_a_delegates_requests(harness):
+    from pydantic_ai.usage import UsageLimits
+    from tests.unit.test_nested_runs import calls, helper_agent, outer_agent
+
+    from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
+
+    calls.clear()
+
+    outer = outer_agent(helper_agent(flaky={"failures": 1}), topics=[["printer"]])
+    budget = UsageLimits(request_limit=3)
+    with pytest.raises(ConnectionError):
+        harness.run(outer, "go", run_options={"budget": budget})
+    # Try 1 sent 3 requests (1 outer, 2 delegate); the delegate's third request is refused before it is sent.
+    with pytest.raises(RetryBudgetExceeded, match=r"^model step 3 .* request_limit of 3 .* earlier tries spent 3 req"):
+        harness.run(outer, "go", run_options={"budget": budget})
+    assert calls["helper model"] == 2, "the delegate's third request was never sent"
