@@ -116,9 +116,13 @@ def waits_for_a_person(error: BaseException) -> str:
     """What a try that raised ``error`` waits in (``awaiting_input``, ``deferred``); "" when it failed.
 
     Airflow 3.3 parks a task waiting for a person with ``TaskAwaitingInput``; 3.1 and 3.2 defer it
-    (``TaskDeferred``). Recognised by type, never by name.
+    (``TaskDeferred``: in ``airflow.sdk.exceptions`` from 3.2, in core's ``airflow.exceptions`` on 3.1).
+    Recognised by type, never by name.
     """
-    from airflow.sdk.exceptions import TaskDeferred
+    try:
+        from airflow.sdk.exceptions import TaskDeferred
+    except ImportError:  # Airflow 3.1
+        from airflow.exceptions import TaskDeferred  # type: ignore[no-redef,attr-defined,unused-ignore]
 
     awaiting_input: Any = None
     if airflow_version_at_least(3, 3):

@@ -18,6 +18,8 @@ import pytest
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 
+from airflow_pydantic_ai._compat import airflow_version_at_least
+
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
 SUMMARY = re.compile(
@@ -80,7 +82,14 @@ def test_a_rescheduled_try_replays_its_own_steps(capfd, cache_base):
     out = capfd.readouterr().out
 
     assert dr.state == "success"
-    assert task_states(dr)[("triage", -1)] == ("success", 1), "a reschedule keeps the try number"
+    state, try_number = task_states(dr)[("triage", -1)]
+    assert state == "success"
+    if airflow_version_at_least(3, 2):
+        assert try_number == 1, "a reschedule keeps the try number"
+    else:
+        # Airflow 3.1's dag.test() starts the rescheduled task as the next try (seen with 3.1.8); the
+        # steps replay either way, which is what this test pins.
+        assert try_number in (1, 2)
     assert "left by an earlier run" not in out
     # Run 1 of try 1: the model step and fetch_ticket recorded, notify_team asked to reschedule.
     # Run 2 of try 1 (rescheduled): both replayed; notify_team and the final answer run live.
