@@ -103,7 +103,7 @@ def test_json_and_yaml_keep_numbers_as_numbers_and_the_table_shows_them(capsys: 
     assert type(step["bytes"]) is int and step["bytes"] > 0
     header, values, total = as_plain.splitlines()
     assert header.split() == list(step)
-    assert total == "A retry replays 1 steps (0 model): 0 tokens (0 input, 0 output)"
+    assert total == "A retry replays 1 step (0 model): 0 tokens (0 input, 0 output)"
     assert values.split()[:3] == ["1", "tool", "fetch_ticket"] and str(step["bytes"]) in values.split()
 
 
@@ -170,3 +170,26 @@ def test_the_console_script_has_the_same_commands_and_options_as_airflow() -> No
         assert script[name.removeprefix("pydantic-ai ")] == flags, name
     assert {"--yes", "--dry-run", "--force", "--from-step", "--map-index"} <= cache_commands["pydantic-ai cache rm"]
     assert {"--output", "--older-than", "--dag-id"} <= cache_commands["pydantic-ai cache list"]
+
+
+def test_show_says_how_the_latest_try_ended_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_pydantic_ai.durable import AttemptRecord, TryEnding, record_ending
+    from airflow_pydantic_ai.durable.storage.attempts import record_attempt
+
+    base = tmp_path / "cache"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+    store = local_store(base, IDENTITY)
+    store.put(StepEntry("tool", "a" * 64, 1, 1, "fetch_ticket", {"outcome": "return", "value": "the ticket"}))
+    summary = "Durable: replayed 0 cached steps (0 model, 0 tool), executed 2 new steps (1 model, 1 tool)"
+    record_attempt(store, AttemptRecord(attempt=1, summary=summary), warn=pytest.fail)
+    ending = TryEnding(attempt=1, how="failed", error_class="ConnectionError", message="chat API down")
+    record_ending(store, ending, warn=pytest.fail)
+
+    cache_command.cache_show(_args(output="plain"))
+    captured = capsys.readouterr()
+
+    assert f"Latest try 1: {summary}" in captured.err.splitlines()
+    assert "How it ended: Failed: ConnectionError: chat API down" in captured.err.splitlines()
+    assert "How it ended" not in captured.out, "stdout stays the table"

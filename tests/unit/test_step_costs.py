@@ -26,10 +26,10 @@ def test_the_total_line_sums_model_tokens_and_priced_costs() -> None:
 
 def test_unpriced_model_steps_are_said_not_guessed() -> None:
     assert replay_total([("model", StepCost(10, 5, None))]) == (
-        "A retry replays 1 steps (1 model): 15 tokens (10 input, 5 output), cost unknown (no price for the model)"
+        "A retry replays 1 step (1 model): 15 tokens (10 input, 5 output), cost unknown (no price for the model)"
     )
     assert replay_total([("model", StepCost(10, 5, 2.5)), ("model", StepCost(1, 1, None))]).endswith(
-        "~$2.50 (+ 1 model steps without a price)"
+        "~$2.50 (+ 1 model step without a price)"
     )
     assert format_usd(0.0035) == "~$0.0035"
 

@@ -167,6 +167,18 @@ def _open(identity: TaskIdentity) -> CacheAccess:
     return access
 
 
+def _print_latest_try(access: CacheAccess) -> None:
+    """The latest try's summary and how it ended (as the view shows them), on stderr beside the location."""
+    from airflow_pydantic_ai.durable import latest_attempt
+
+    latest = latest_attempt(access.store)
+    if latest is None:
+        return
+    print(f"Latest try {latest.attempt}: {latest.summary}", file=sys.stderr)
+    if latest.ending is not None:
+        print(f"How it ended: {latest.ending.describe()}", file=sys.stderr)
+
+
 def _confirm(what: str, yes: bool) -> None:
     """Ask before deleting ``what`` ("the whole cache (3 steps, 1234 bytes) at ..."), unless ``--yes``."""
     if yes:
@@ -248,6 +260,7 @@ def cache_show(args: Any) -> None:
         access = _open(_identity(args))
         if args.step is None:
             print(f"Cache at {access.location}", file=sys.stderr)  # stdout stays the table or document
+            _print_latest_try(access)
             steps = access.reader.steps()
             _print_rows([step.as_row() for step in steps], args.output)
             if args.output not in ("json", "yaml") and steps:  # issue 22: what a retry replays, and saves

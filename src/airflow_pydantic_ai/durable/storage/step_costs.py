@@ -53,18 +53,23 @@ def replay_total(steps: Sequence[tuple[str, StepCost]]) -> str:
     input_tokens = sum(cost.input_tokens or 0 for cost in models)
     output_tokens = sum(cost.output_tokens or 0 for cost in models)
     line = (
-        f"A retry replays {len(replayable)} steps ({len(models)} model): {input_tokens + output_tokens:,} tokens "
-        f"({input_tokens:,} input, {output_tokens:,} output)"
+        f"A retry replays {_count(len(replayable), 'step')} ({len(models)} model): "
+        f"{input_tokens + output_tokens:,} tokens ({input_tokens:,} input, {output_tokens:,} output)"
     )
     priced = [cost.cost_usd for cost in models if cost.cost_usd is not None]
     unpriced = len(models) - len(priced)
     if priced:
         line += f", {format_usd(sum(priced))}"
         if unpriced:
-            line += f" (+ {unpriced} model steps without a price)"
+            line += f" (+ {_count(unpriced, 'model step')} without a price)"
     elif models:
         line += ", cost unknown (no price for the model)"
     return line
+
+
+def _count(count: int, noun: str) -> str:
+    # The storage floor cannot import steps.stats.plural; the same rule, for the two nouns used here.
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _int(value: Any) -> int | None:
