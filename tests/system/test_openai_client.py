@@ -78,7 +78,7 @@ def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_p
     assert len(server.requests) == 2
     assert calls == {"fetch_ticket": 1, "notify_team": 2}
     assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in out
-    assert re.search(r"Durable: the replay saved 1 model requests \(101 input tokens, 10 output tokens\)", out)
+    assert re.search(r"Durable: the replay saved 1 model request \(101 input tokens, 10 output tokens\)", out)
     assert not list(tmp_path.rglob("*.json"))
 
 

@@ -69,7 +69,13 @@ def _plugins_json(extra_env: dict[str, str]) -> list[dict[str, Any]]:
 
 def _plugin_import_errors(extra_env: dict[str, str]) -> dict[str, str]:
     """What the api-server's ``/api/v2/plugins/importErrors`` (the Home page's banner) would list."""
-    script = "import json; from airflow import plugins_manager; print(json.dumps(plugins_manager.get_import_errors()))"
+    # Airflow 3.2+ has get_import_errors(); 3.1 keeps the dict as a module attribute, filled on loading.
+    script = (
+        "import json; from airflow import plugins_manager as m\n"
+        "if hasattr(m, 'get_import_errors'):\n    errors = m.get_import_errors()\n"
+        "else:\n    m.ensure_plugins_loaded(); errors = m.import_errors\n"
+        "print(json.dumps(errors))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", script],
         env={**os.environ, **extra_env},

@@ -215,7 +215,10 @@ def test_a_run_id_from_the_uis_link_keeps_its_plus_sign() -> None:
 
 
 def test_a_try_that_waits_for_a_person_is_told_apart_from_a_failure_by_type(tmp_path: Path) -> None:
-    from airflow.sdk.exceptions import TaskDeferred
+    try:
+        from airflow.sdk.exceptions import TaskDeferred
+    except ImportError:  # Airflow 3.1 keeps it in core
+        from airflow.exceptions import TaskDeferred  # type: ignore[no-redef,attr-defined,unused-ignore]
 
     from airflow_pydantic_ai import _compat
     from airflow_pydantic_ai.durable import TryEnding, record_ending
