@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from tests.helpers.airflow_run import run_dag, task_states
-from tests.helpers.compat import airflow_reads_provider_cli
+from tests.helpers.compat import airflow_reads_provider_cli, requires_pydantic_ai
 from tests.helpers.example_llm import EXAMPLE_DAG, TRIAGE, support_llm_connection, triage_script
 from tests.helpers.openai_server import ScriptedOpenAIServer
 
@@ -111,7 +111,8 @@ def test_export_of_a_task_with_no_cache_says_so(server, tmp_path):
     assert missing.returncode == 1
     # Airflow 3.1's console script logs its plugin set-up before the command's own line.
     assert any(
-        line.startswith("error: no durable cache for dag_id='example_tested_agent'") for line in missing.stderr.splitlines()
+        line.startswith("error: no durable cache for dag_id='example_tested_agent'")
+        for line in missing.stderr.splitlines()
     ), missing.stderr
 
 
@@ -146,6 +147,11 @@ def test_verify_a_failed_runs_kept_cache_against_unchanged_and_changed_code(serv
         assert TOOL_CALLED not in result.stdout + result.stderr
 
 
+@requires_pydantic_ai(
+    "2.68",
+    "replaying the example fixture, recorded with pydantic-ai 2.68 (a fixture is tied to the release "
+    "that recorded it: docs/testing.rst)",
+)
 def test_verify_fixtures_against_the_current_dag(server, tmp_path, monkeypatch):
     fixtures = Path(__file__).resolve().parents[2] / "example_dags" / "tests" / "fixtures" / "example_tested_agent"
     edited = _dag_file(tmp_path / "edited", tool_doc=NEW_TOOL_DOC)
