@@ -461,14 +461,18 @@ def test_two_tries_packing_at_once_lose_nothing(fork_server, tmp_path):
     first = job(tmp_path, "attempt1", 1, fail_at_step=FAIL_AT, tool_sleep=0)  # killed: its entries stay single
     assert fork_server.run(first)["error"].startswith("RuntimeError")
     barrier = tmp_path / "go"
-    zombie = job(tmp_path, "zombie", 1, pack_only=True, pack_after=str(barrier))
+    loaded = [tmp_path / "zombie-loaded", tmp_path / "successor-loaded"]
+    zombie = job(tmp_path, "zombie", 1, pack_only=True, pack_after=str(barrier), loaded=str(loaded[0]))
     ready = tmp_path / "ready"
-    successor = job(tmp_path, "successor", 2, pack_only=True, pack_after=str(barrier))
+    successor = job(tmp_path, "successor", 2, pack_only=True, pack_after=str(barrier), loaded=str(loaded[1]))
     successor.update(kill_at="delete:3", ready=str(ready))
     pids = [fork_server.spawn(zombie), fork_server.spawn(successor)]
-    time.sleep(0.3)  # both have loaded the cache (each takes a few ms) and wait at the barrier
+    deadline = time.monotonic() + 30
+    while not all(path.exists() for path in loaded):  # both have loaded the cache and wait at the barrier
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
     barrier.write_text("go")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not ready.exists():
         assert time.monotonic() < deadline
         time.sleep(0.0005)
