@@ -246,13 +246,13 @@ class StepStore:
         """
         survey = Survey()
         rows = self._listing_rows()
-        contents = self._fetch(list(rows))
+        contents = self.read_entries(list(rows))
         gone = [name for name, data in contents.items() if isinstance(data, FileNotFoundError)]
         if gone:
             # A try packing at the same moment moved them into a new pack: list once more and read what is new.
             rows = self._listing_rows()
             contents = {name: data for name, data in contents.items() if name in rows}
-            contents.update(self._fetch([name for name in rows if name not in contents]))
+            contents.update(self.read_entries([name for name in rows if name not in contents]))
         stored: list[StoredEntry] = []
         packs: dict[str, Pack] = {}
         for name, data in sorted(contents.items()):
@@ -300,26 +300,20 @@ class StepStore:
         return StepEntry.from_body(dict(item.data), name=item.name, cipher=self.cipher, owner=self.owner)
 
     def _listing_rows(self) -> dict[str, tuple[int, dt.datetime | None]]:
-        """Entry and pack name -> (bytes stored, last modified in UTC), from one listing of the prefix."""
+        """Entry and pack name -> (bytes stored, last modified in UTC), from one listing of the prefix.
+
+        A directory under an entry's name is listed too: reading it fails, and that is said (a warning)."""
+        return self._rows(lambda name: is_entry_name(name) or is_pack_name(name), directories=True)
+
+    def _rows(self, wanted: Callable[[str], bool], *, directories: bool) -> dict[str, tuple[int, dt.datetime | None]]:
+        """Name -> (bytes stored, last modified in UTC) of the ``wanted`` names, from one listing of the prefix."""
         found: dict[str, tuple[int, dt.datetime | None]] = {}
         for info in self._fresh_listing(detail=True):
             name = str(info.get("name", "")).rsplit("/", 1)[-1]
-            # A directory under an entry's name is listed too: reading it fails, and that is said (a warning).
-            if not (is_entry_name(name) or is_pack_name(name)):
+            if not wanted(name) or (not directories and info.get("type") == "directory"):
                 continue
             found[name] = (int(info.get("size") or 0), modified_time(info))
         return found
-
-    def _fetch(self, names: list[str]) -> dict[str, bytes | BaseException]:
-        """The bytes of ``names``, fetched concurrently on object stores; an unreadable one maps to its error."""
-        if not names:
-            return {}
-        paths = [self._path(name) for name in names]
-        # The deadline grows with the batch (a few dozen requests run at once).
-        contents = self._request("cat", paths, on_error="return", requests=1 + len(paths) // 32)
-        if not isinstance(contents, dict):  # a single path comes back as bytes
-            contents = {paths[0]: contents}
-        return {str(path).rsplit("/", 1)[-1]: data for path, data in contents.items()}
 
     # --- packs -------------------------------------------------------------------------------------
 
@@ -381,22 +375,14 @@ class StepStore:
 
     def list_entries(self) -> dict[str, tuple[int, dt.datetime | None]]:
         """Entry name -> (bytes stored, last modified in UTC), from one listing of the prefix (no GET)."""
-        listing = self._fresh_listing(detail=True)
-        if not listing:
-            return {}
-        found: dict[str, tuple[int, dt.datetime | None]] = {}
-        for info in listing:
-            name = str(info.get("name", "")).rsplit("/", 1)[-1]
-            if info.get("type") == "directory" or not is_entry_name(name):
-                continue
-            found[name] = (int(info.get("size") or 0), modified_time(info))
-        return found
+        return self._rows(is_entry_name, directories=False)
 
     def read_entries(self, names: list[str]) -> dict[str, bytes | BaseException]:
         """The bytes of ``names`` (fetched concurrently on object stores); an unreadable one maps to its error."""
         if not names:
             return {}
         paths = [self._path(name) for name in names]
+        # The deadline grows with the batch (a few dozen requests run at once).
         contents = self._request("cat", paths, on_error="return", requests=1 + len(paths) // 32)
         if not isinstance(contents, dict):  # a single path comes back as bytes
             contents = {paths[0]: contents}
