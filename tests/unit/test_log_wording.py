@@ -8,7 +8,8 @@ from pathlib import Path
 
 from tests.helpers.durable import RecordingLog
 
-from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, plural
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts
+from airflow_pydantic_ai.durable.wording import plural
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
     from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY, DurableReport
     from airflow_pydantic_ai.durable.steps.run import DurableRun
-    from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary, plural
+    from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary
     from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
     from airflow_pydantic_ai.durable.steps.writer import secret_check
     from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, TryEnding, latest_attempt, record_ending
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.storage.reader import CacheReader, StepDetail, StepInfo
     from airflow_pydantic_ai.durable.storage.step_costs import StepCost, format_usd, replay_total
     from airflow_pydantic_ai.durable.storage.store import StepStore
+    from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",
@@ -145,7 +146,7 @@ _HOMES = {
     "live_tool": "interception.toolset",
     "make_private_folders": "storage.identity",
     "parse_place": "storage.identity",
-    "plural": "steps.stats",
+    "plural": "wording",
     "read_fixture": "storage.fixtures",
     "record_ending": "storage.attempts",
     "replay_also": "steps.mode",

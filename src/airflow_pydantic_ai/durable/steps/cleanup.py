@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from airflow_pydantic_ai.durable.errors import describe_error
-from airflow_pydantic_ai.durable.steps.stats import TaskLogger, plural
+from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 from airflow_pydantic_ai.durable.steps.writer import TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.store import StepStore
+from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = ["delete_after_success", "discard_earlier_run", "pack_for_next_try", "tidy_failed_try"]
 

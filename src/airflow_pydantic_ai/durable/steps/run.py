@@ -45,7 +45,7 @@ from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
-from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger, plural
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.steps.usage import ReplayLedger, replay_aware
@@ -53,6 +53,7 @@ from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, 
 from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.storage.store import StepStore
+from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = ["DurableRun"]
 

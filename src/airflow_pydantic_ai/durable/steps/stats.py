@@ -16,6 +16,7 @@ from pydantic_ai.usage import RequestUsage
 
 from airflow_pydantic_ai.durable.steps.tally import Spend, StepKind, StepTally
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
+from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = [
     "SUMMARY_TEMPLATE",
@@ -32,11 +33,6 @@ SUMMARY_TEMPLATE = (
     "executed {executed} new steps ({executed_model} model, {executed_tool} tool)"
 )
 """The summary every attempt logs at INFO. Dashboards grep for it: never change its wording."""
-
-
-def plural(count: int, noun: str, nouns: str = "") -> str:
-    """``1 step``, ``2 steps`` (``nouns``: the plural when it is not ``noun`` + "s")."""
-    return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"
 
 
 class TaskLogger(Protocol):

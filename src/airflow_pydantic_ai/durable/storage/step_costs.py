@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_pydantic_ai.durable.wording import plural
+
 __all__ = ["StepCost", "format_usd", "replay_total"]
 
 _REPLAYABLE = frozenset({"model", "tool", "output", "decision"})
@@ -53,7 +55,7 @@ def replay_total(steps: Sequence[tuple[str, StepCost]]) -> str:
     input_tokens = sum(cost.input_tokens or 0 for cost in models)
     output_tokens = sum(cost.output_tokens or 0 for cost in models)
     line = (
-        f"A retry replays {_count(len(replayable), 'step')} ({len(models)} model): "
+        f"A retry replays {plural(len(replayable), 'step')} ({len(models)} model): "
         f"{input_tokens + output_tokens:,} tokens ({input_tokens:,} input, {output_tokens:,} output)"
     )
     priced = [cost.cost_usd for cost in models if cost.cost_usd is not None]
@@ -61,15 +63,10 @@ def replay_total(steps: Sequence[tuple[str, StepCost]]) -> str:
     if priced:
         line += f", {format_usd(sum(priced))}"
         if unpriced:
-            line += f" (+ {_count(unpriced, 'model step')} without a price)"
+            line += f" (+ {plural(unpriced, 'model step')} without a price)"
     elif models:
         line += ", cost unknown (no price for the model)"
     return line
-
-
-def _count(count: int, noun: str) -> str:
-    # The storage floor cannot import steps.stats.plural; the same rule, for the two nouns used here.
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _int(value: Any) -> int | None:
