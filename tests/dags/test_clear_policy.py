@@ -8,8 +8,6 @@ REST API of a real api-server with the flag either way.
 from __future__ import annotations
 
 import json
-import re
-from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from packaging.version import Version
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import clear_and_rerun, run_dag
 from tests.helpers.compat import airflow_version
+from tests.helpers.operator_runs import CALLS, fetch_ticket, summaries
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -26,27 +25,14 @@ ASKS_THE_PERSON = airflow_version() >= Version("3.4")
 only_where_nobody_asks = pytest.mark.skipif(
     ASKS_THE_PERSON, reason="on Airflow 3.4 keep_task_state decides (tests/system/test_clear_keep_task_state.py)"
 )
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
-CALLS: Counter[str] = Counter()
 FAIL = {"now": True}
 
 
 @pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    CALLS.clear()
+def cache_base(cache_base: Path) -> Path:
+    """The dags tier's cache base (tests/dags/conftest.py, which clears CALLS), with the chat API down again."""
     FAIL["now"] = True
-    return base
-
-
-def fetch_ticket(ticket_id: int) -> dict[str, Any]:
-    """Fetch a ticket."""
-    CALLS["fetch_ticket"] += 1
-    return {"id": ticket_id, "title": "Login page times out"}
+    return cache_base
 
 
 def notify_team(ticket_id: int) -> str:
@@ -89,16 +75,12 @@ def _fail_then_clear(dag: Any, capfd: pytest.CaptureFixture[str]) -> str:
     return capfd.readouterr().out
 
 
-def _summaries(out: str) -> list[tuple[int, ...]]:
-    return [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(out)]
-
-
 def test_by_default_a_cleared_task_resumes_and_says_why(capfd):
     out = _fail_then_clear(_dag("clear_default"), capfd)
 
     why = "keep_task_state=true" if ASKS_THE_PERSON else "[pydantic_ai] on_clear = resume"
     assert f"Durable: resumed from the cache after a clear (cleared with {why}): 2 recorded steps replay" in out
-    assert _summaries(out) == [(2, 1, 1, 2, 1, 1)]
+    assert summaries(out) == [(2, 1, 1, 2, 1, 1)]
     assert CALLS == {"fetch_ticket": 1, "notify_team": 2}
 
 
@@ -108,7 +90,7 @@ def test_on_clear_fresh_argument_discards_the_cache_and_says_why(capfd):
 
     assert "Durable: cleared with on_clear=fresh: the cache was discarded; every step runs live" in out
     assert "resumed from the cache" not in out
-    assert _summaries(out) == [(0, 0, 0, 4, 2, 2)]
+    assert summaries(out) == [(0, 0, 0, 4, 2, 2)]
     assert CALLS == {"fetch_ticket": 2, "notify_team": 2}
 
 
@@ -117,13 +99,13 @@ def test_on_clear_option_applies_and_the_argument_wins(capfd, monkeypatch):
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__ON_CLEAR", "fresh")
     out = _fail_then_clear(_dag("clear_fresh_option"), capfd)
     assert "Durable: cleared with [pydantic_ai] on_clear = fresh: the cache was discarded" in out
-    assert _summaries(out) == [(0, 0, 0, 4, 2, 2)]
+    assert summaries(out) == [(0, 0, 0, 4, 2, 2)]
 
     CALLS.clear()
     FAIL["now"] = True
     out = _fail_then_clear(_dag("clear_resume_argument", on_clear="resume"), capfd)
     assert "resumed from the cache after a clear (cleared with on_clear=resume)" in out
-    assert _summaries(out) == [(2, 1, 1, 2, 1, 1)]
+    assert summaries(out) == [(2, 1, 1, 2, 1, 1)]
 
 
 def test_a_retry_is_not_a_clear_even_with_on_clear_fresh(capfd):
@@ -158,7 +140,7 @@ def test_a_retry_is_not_a_clear_even_with_on_clear_fresh(capfd):
     out = capfd.readouterr().out
     assert dr.state == "success"
     assert "cleared with" not in out and "after a clear" not in out
-    assert _summaries(out) == [(0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)]
+    assert summaries(out) == [(0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)]
 
 
 def test_a_wrong_on_clear_fails_the_first_try_naming_the_option(capfd, monkeypatch):

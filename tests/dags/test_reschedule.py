@@ -8,33 +8,16 @@ same run_id would also find: the reschedule count tells the two apart.
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.operator_runs import CALLS, fetch_ticket, summaries
 
 from airflow_pydantic_ai._compat import airflow_version_at_least
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
-
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
-CALLS: Counter[str] = Counter()
-
-
-@pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    CALLS.clear()
-    return base
 
 
 def _reschedule_exception() -> type[Exception]:
@@ -43,12 +26,6 @@ def _reschedule_exception() -> type[Exception]:
     except ImportError:  # Airflow 3.1 keeps it in core
         from airflow.exceptions import AirflowRescheduleException  # type: ignore[no-redef]
     return AirflowRescheduleException  # type: ignore[no-any-return]
-
-
-def fetch_ticket(ticket_id: int) -> dict[str, Any]:
-    """Fetch a ticket."""
-    CALLS["fetch_ticket"] += 1
-    return {"id": ticket_id, "title": "Login page times out"}
 
 
 def notify_team(ticket_id: int) -> str:
@@ -93,7 +70,6 @@ def test_a_rescheduled_try_replays_its_own_steps(capfd, cache_base):
     assert "left by an earlier run" not in out
     # Run 1 of try 1: the model step and fetch_ticket recorded, notify_team asked to reschedule.
     # Run 2 of try 1 (rescheduled): both replayed; notify_team and the final answer run live.
-    found = [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(out)]
-    assert found == [(0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)]
+    assert summaries(out) == [(0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)]
     assert CALLS == {"fetch_ticket": 1, "notify_team": 2}
     assert "posted" in xcom_value(dr, "triage")
