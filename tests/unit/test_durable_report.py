@@ -166,6 +166,6 @@ def test_a_budget_across_tries_covers_a_delegates_requests(harness):
     with pytest.raises(ConnectionError):
         harness.run(outer, "go", run_options={"budget": budget})
     # Try 1 sent 3 requests (1 outer, 2 delegate); the delegate's third request is refused before it is sent.
-    with pytest.raises(RetryBudgetExceeded, match=r"^model step 3 .* request_limit of 3 .* earlier tries spent 3 req"):
+    with pytest.raises(RetryBudgetExceeded, match=r"^step 6: model .* request_limit of 3 .* earlier tries spent 3 req"):
         harness.run(outer, "go", run_options={"budget": budget})
     assert calls["helper model"] == 2, "the delegate's third request was never sent"

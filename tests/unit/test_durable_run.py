@@ -87,7 +87,7 @@ def test_prompt_change_reruns_model_and_downstream_tools(harness):
     assert run.replayed.total == 0
     assert calls == {"lookup": 2, "notify": 2}, "TestModel reuses tool call ids; the tools must still rerun"
     [warning] = log.at("warning")
-    assert "model step 1 differs from what attempt 1 recorded" in warning
+    assert "step 2: model test:test differs from what attempt 1 recorded" in warning
     assert "changed: user prompt" in warning
 
 
@@ -784,7 +784,7 @@ def test_unserializable_tool_result_runs_but_is_not_cached(harness):
     with pytest.raises(Exception):  # noqa: B017 - pydantic-ai itself cannot send an Opaque to the model
         harness.run(agent, "go")
     warnings = harness.logs[-1].at("warning")
-    assert any("result of tool make" in w and "is not cached" in w for w in warnings)
+    assert any("result of step 2: tool make" in w and "is not cached" in w for w in warnings)
 
 
 def test_logs_never_contain_the_prompt_at_info(harness):

@@ -324,7 +324,7 @@ def test_a_compaction_request_is_named_once_as_live(harness):
     harness.run(agent, "go")
     warnings = [line for line in harness.logs[-1].at("warning") if "compacted" in line]
     assert len(warnings) == 1
-    assert "model step 2" in warnings[0] and "runs again on a retry" in warnings[0]
+    assert "before step 3: model" in warnings[0] and "runs again on a retry" in warnings[0]
     harness.run(agent, "go")
     assert calls["compaction"] == 2  # live on every try
     assert calls["model"] == 2  # the requests replay: the compacted conversation is the same

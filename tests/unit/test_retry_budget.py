@@ -58,7 +58,7 @@ def test_a_retry_is_stopped_before_the_request_that_would_exceed_the_budget(harn
     with pytest.raises(RetryBudgetExceeded) as raised:
         harness.run(agent, "weather", run_options={"budget": budget})
     assert str(raised.value).startswith(
-        "model step 3 (function:function:_model:) would exceed the request_limit of 2 counted across the tries of this "
+        "step 5: model function:function:_model: would exceed the request_limit of 2 counted across the tries of this "
         "task instance (budget_across_tries): earlier tries spent 2 requests, 2 tool calls, 200 input and 20 "
         "output tokens; this try 0 requests, 1 tool calls, 0 input and 0 output tokens. Raise the limit, or "
         "delete the cache to start a new budget."
@@ -139,7 +139,7 @@ def test_a_streamed_request_is_refused_before_it_is_sent(harness):
         async with agent.run_stream("weather?", capabilities=[DurableCapability(run)]) as result:
             await result.get_output()
 
-    with pytest.raises(RetryBudgetExceeded, match=r"model step 2 .* request_limit of 1"):
+    with pytest.raises(RetryBudgetExceeded, match=r"^step 3: model .* request_limit of 1"):
         asyncio.run(stream_once())
     assert streamed == [1], "the second request was never sent"
 

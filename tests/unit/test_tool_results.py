@@ -391,7 +391,7 @@ def test_result_that_cannot_be_rebuilt_is_not_cached_and_the_tool_runs_again(tmp
     outcome = twice(tmp_path, make)
     assert outcome.executions == 2
     for warnings in outcome.warnings:
-        assert any("result of tool make" in w and "is not cached" in w for w in warnings), warnings
+        assert any("result of step 2: tool make" in w and "is not cached" in w for w in warnings), warnings
     assert outcome.errors == [[], []]
     assert outcome.runs[1].replayed.tool == 0 and outcome.runs[1].replayed.model == 1
     assert not list(outcome.root.glob("tool-*.json")), "nothing was stored for the tool"
@@ -420,7 +420,7 @@ def test_an_arbitrary_object_is_not_cached_and_the_durable_layer_does_not_crash(
     with pytest.raises(Exception) as raised:  # pydantic-ai itself cannot send an Opaque to a model
         agent.run_sync("go", capabilities=[DurableCapability(run)])
     assert not type(raised.value).__module__.startswith("airflow_pydantic_ai")
-    assert any("result of tool make" in w and "Opaque" in w and "not cached" in w for w in log.at("warning"))
+    assert any("result of step 2: tool make" in w and "Opaque" in w and "not cached" in w for w in log.at("warning"))
     assert not log.at("error")
 
 

@@ -51,8 +51,9 @@ class Divergence:
         other.changed_components = self.changed_components  # issue 22: the report names them too
         return other
 
-    def explain_miss(self, number: int, components: dict[str, Any]) -> str | None:
-        """The WARNING for a model step that missed the cache, if it is the first to leave the recorded path."""
+    def explain_miss(self, number: int, components: dict[str, Any], shown: str = "") -> str | None:
+        """The WARNING for model step ``number`` of its run, which missed the cache, if it is the first to leave
+        the recorded path (``shown``: how the log names the step, ``step 5: model test``)."""
         if self.diverged:
             return None
         recorded = self.recorded_at_step.get(number)
@@ -63,7 +64,7 @@ class Divergence:
             "an earlier step (same request, different history of replays)"
         ]
         warning = (
-            f"Durable: model step {number} differs from what attempt {recorded.attempt} recorded; "
+            f"Durable: {shown or f'model request {number}'} differs from what attempt {recorded.attempt} recorded; "
             f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
         )
         self.changes.append(warning)

@@ -18,6 +18,8 @@ class LastAnswer:
     """The entries behind the current model answer (see :meth:`DurableRun.forget_what_failed`)."""
 
     number: int = 0
+    shown: str = ""
+    """How the log names the answer's step (``step 5: model test``)."""
     model_entries: list[str] = field(default_factory=list)
     """The answer's entries (more than one when a fallback stored it under the failed tries' keys too)."""
     retry_entries: list[str] = field(default_factory=list)
@@ -37,7 +39,7 @@ class LastAnswer:
         return [*self.model_entries, *self.retry_entries]
 
     def describe(self) -> str:
-        """What failed, for the log: "model step 3's answer and the ModelRetry of tool x"."""
-        what = [f"model step {self.number}'s answer"] if self.model_entries else []
+        """What failed, for the log: "the answer of step 5: model test, and the ModelRetry of tool x"."""
+        what = [f"the answer of {self.shown or f'model request {self.number}'}"] if self.model_entries else []
         what += [f"the {outcome} of {label}" for label, outcome in self.retry_labels]
         return what[0] if len(what) == 1 else ", ".join(what[:-1]) + " and " + what[-1]

@@ -57,12 +57,39 @@ class ModelStep:
     def entry_name(self) -> str:
         return entry_name("model", self.key or "")
 
+    def shown(self, entry: StepEntry | None = None) -> str:
+        """How the log names the step: ``step 5: model openai:gpt-4o``, numbered as the view and ``cache show``
+        number it (``numbering.py``): by its entry (``entry``, or the one it replays), else where it would be
+        listed if it were recorded now. A step that can never be recorded (no key) has no number."""
+        what = f"model {self.label}{self.run.who}"
+        if self.key is None:
+            return f"a {what} step"
+        if entry is None and self.replayed is not None:
+            entry = self.run.entries.get(self.entry_name)
+        if entry is None:
+            entry = self._entry({}, {})
+        return f"step {self.run.step_number(entry)}: {what}"
+
+    def _entry(self, payload: dict[str, Any], usage: dict[str, Any]) -> StepEntry:
+        return StepEntry(
+            kind="model",
+            key=self.key or "",
+            step=self.number,
+            attempt=self.run.attempt,
+            label=self.label,
+            payload=payload,
+            components=self.place.components,
+            usage=usage,
+            recorded_at=time.time(),
+            scope=self.run.entry_scope,
+        )
+
     def load(self, entry: StepEntry) -> bool:
         """Take the recorded response from ``entry``; False (with a warning) when it cannot be rebuilt."""
         try:
             self.replayed = decode_response(entry.payload["response"])
         except Exception as error:
-            self.run.entry_unusable(entry, error, f"model step {self.number} runs live")
+            self.run.entry_unusable(entry, error, f"{self.shown(entry)} runs live")
             return False
         self.replayed_usage = entry.usage
         return True
@@ -84,7 +111,7 @@ class ModelStep:
     def before_live(self) -> None:
         """The request is about to be sent: a budget across retries may refuse it first (issue 22)."""
         if self.run.budget is not None:
-            self.run.budget.before_request(f"model step {self.number} ({self.label})")
+            self.run.budget.before_request(self.shown())
 
     def take_replay(self) -> ModelResponse | None:
         """The cached response, counted as replayed, or None if the step must run live."""
@@ -96,7 +123,8 @@ class ModelStep:
         run.stats.step_done("model", replayed=True, usage=usage, cost=cost)  # issue 22: report, telemetry
         run.ledger.replayed_requests += 1
         run.last_answer.model_entries = [self.entry_name]
-        run.log.info("Durable: model step %d (%s)%s replayed from the cache", self.number, self.label, run.who)
+        run.last_answer.shown = self.shown()
+        run.log.info("Durable: %s replayed from the cache", run.last_answer.shown)
         return self.replayed
 
     def _recorded_spend(self, response: ModelResponse) -> tuple[RequestUsage, Decimal | None]:
@@ -116,10 +144,8 @@ class ModelStep:
         self.run.stats.step_done("model", replayed=False)  # issue 22: report, telemetry
         self.run.keys.model_request_failed(self.place)
         self.run.log.info(
-            "Durable: model step %d (%s)%s failed after %.2f s (%s)",
-            self.number,
-            self.label,
-            self.run.who,
+            "Durable: %s failed after %.2f s (%s)",
+            self.shown(),
             time.monotonic() - self.started,
             type(error).__name__,
         )
@@ -130,24 +156,14 @@ class ModelStep:
         run.stats.executed.model += 1
         cost = response_cost(response)  # issue 22: priced once, for the report and the entry
         run.stats.step_done("model", replayed=False, usage=response.usage, cost=cost)
-        run.log.info(
-            "Durable: model step %d (%s)%s ran live in %.2f s",
-            self.number,
-            self.label,
-            run.who,
-            time.monotonic() - self.started,
-        )
+        shown = self.shown()
+        run.log.info("Durable: %s ran live in %.2f s", shown, time.monotonic() - self.started)
         if self.key is None:
             run.writer.skipped()
             return
         if not complete:
             run.writer.skipped()
-            run.log.warning(
-                "Durable: model step %d (%s) was not read to its end (%s); it is not cached",
-                self.number,
-                self.label,
-                response.state,
-            )
+            run.log.warning("Durable: %s was not read to its end (%s); it is not cached", shown, response.state)
             return
         usage: dict[str, Any] = {
             "input_tokens": response.usage.input_tokens,
@@ -155,20 +171,10 @@ class ModelStep:
         }
         if cost is not None:  # issue 22: a replay and the read side take it as recorded
             usage["cost_usd"] = float(cost)
-        entry = StepEntry(
-            kind="model",
-            key=self.key,
-            step=self.number,
-            attempt=run.attempt,
-            label=self.label,
-            payload={"response": encode_response(response)},
-            components=self.place.components,
-            usage=usage,
-            recorded_at=time.time(),
-            scope=run.entry_scope,
-        )
-        what = f"model step {self.number} ({self.label})"
+        entry = self._entry({"response": encode_response(response)}, usage)
+        what = shown
         run.last_answer.model_entries = [entry.name]
+        run.last_answer.shown = shown
         run.writer.persist(entry, what)
         for alias in self.place.aliases:
             copy = replace(entry, key=alias)

@@ -52,6 +52,7 @@ from airflow_pydantic_ai.durable.steps.usage import ReplayLedger, replay_aware
 from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
 from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
+from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
 from airflow_pydantic_ai.durable.storage.store import StepStore
 from airflow_pydantic_ai.durable.wording import plural
 
@@ -143,6 +144,7 @@ class DurableRun:
                 run.budget.earlier = run.budget.resumed = Spent()
             return run
         run.entries = loaded.entries
+        writer.numbers = StepNumbers(loaded.entries.values())
         if any(entry.recorded_at is None for entry in loaded.entries.values()):
             # Release 0.1.0 wrote this cache: key the attempt as it did, so that its steps replay.
             run.keys.use_release_0_1_0_keys()
@@ -272,6 +274,11 @@ class DurableRun:
             count,
         )
 
+    def step_number(self, entry: StepEntry) -> int:
+        """The number ``entry`` has (or would have, written now) in the cache's listing: the log names steps by it,
+        as the view and ``cache show`` do (``numbering.py``)."""
+        return self.writer.numbers.number(entry)
+
     def entry_unusable(self, entry: StepEntry, error: object, consequence: str) -> None:
         """One WARNING for an entry that cannot be rebuilt: it is never replayed, ``consequence`` happens instead."""
         self.log.warning(
@@ -285,14 +292,6 @@ class DurableRun:
         # Only the answer to *this* request, and the retries it draws, can make the run fail (see forget_what_failed).
         self.last_answer = LastAnswer(number=self.keys.model_steps + 1)
         self.ledger.pending_tool_replays = 0
-        if messages and _compacted(messages[0]) and self.family.warn_once("compaction"):
-            self.log.warning(
-                "Durable: the conversation before model step %d%s was compacted by a capability; pydantic-ai sends "
-                "that compaction request outside the run's model wrapper, so it is not recorded and runs again on a "
-                "retry (the steps after it replay when it summarizes the conversation the same way)",
-                self.keys.model_steps + 1,
-                self.who,
-            )
         place = self.keys.next_model_key(model, messages, settings, parameters)
         # durable_mode: keep the texts for a diff; in replay mode, fail here, before any live call.
         self.policy.note_request(place, messages)
@@ -300,12 +299,18 @@ class DurableRun:
             place, self.entries, messages, self.divergence.recorded_at_step, agent=self._agent_for_replay()
         )
         step = ModelStep(run=self, place=place)
+        if messages and _compacted(messages[0]) and self.family.warn_once("compaction"):
+            self.log.warning(
+                "Durable: the conversation before %s was compacted by a capability; pydantic-ai sends that "
+                "compaction request outside the run's model wrapper, so it is not recorded and runs again on a "
+                "retry (the steps after it replay when it summarizes the conversation the same way)",
+                step.shown(),
+            )
         if place.failure is not None:
             self.log.warning(
-                "Durable: model step %d (%s) cannot be fingerprinted (%s); it runs live, is not "
-                "recorded, and every later step runs live too",
-                place.number,
-                place.label,
+                "Durable: %s cannot be fingerprinted (%s); it runs live, is not recorded, and every later step "
+                "runs live too",
+                step.shown(),
                 place.failure,
             )
             self.divergence.diverged = True
@@ -314,7 +319,7 @@ class DurableRun:
             return step
         entry = self.entries.get(step.entry_name)
         if entry is None:
-            warning = self.divergence.explain_miss(place.number, place.components)
+            warning = self.divergence.explain_miss(place.number, place.components, step.shown())
             if warning is not None:
                 self.log.warning("%s", warning)
         elif step.load(entry):
@@ -462,6 +467,7 @@ class DurableRun:
             return
         for name in names:
             self.entries.pop(name, None)
+            self.writer.numbers.discard(name)
             try:
                 self.store.remove(name)
             except Exception as error:

@@ -89,12 +89,24 @@ class ToolStep:
             return self.replayed.validator_index, self.replayed.validator_name
         return None
 
+    def shown(self, entry: StepEntry | None = None) -> str:
+        """How the log names the call: ``step 6: tool lookup (call c1)``, numbered as the view and ``cache show``
+        number it (``numbering.py``): by its entry (``entry``, or the one it replays), else where it would be
+        listed if it were recorded now. A call that is never recorded (a live tool, no key) has no number."""
+        if self.key is None:
+            return self.label
+        if entry is None and self.replayed is not None:
+            entry = self.run.entries.get(self.entry_name)
+        if entry is None:
+            entry = self._entry(self.run.keys.model_steps, {})
+        return f"step {self.run.step_number(entry)}: {self.label}"
+
     def load(self, entry: StepEntry) -> None:
         """Take the recorded outcome from ``entry`` (a damaged one is ignored with a warning: the call runs live)."""
         try:
             self.replayed = decode_outcome(entry.payload)
         except Exception as error:  # whatever is wrong with the stored outcome, run the call live
-            self.run.entry_unusable(entry, error, f"{self.label} runs live")
+            self.run.entry_unusable(entry, error, f"{self.shown(entry)} runs live")
             self.forget()
 
     def forget(self) -> None:
@@ -114,7 +126,7 @@ class ToolStep:
         if self.is_replay:
             return self.replay()
         if self.is_tool and self.run.budget is not None:  # issue 22: a budget across retries may refuse it
-            self.run.budget.before_tool_call(self.label)
+            self.run.budget.before_tool_call(self.shown())
         if in_thread:
             return await self._recorded_even_if_cancelled(call())
         return await self._recorded(call(), validator_failure)
@@ -126,20 +138,21 @@ class ToolStep:
         run.stats.step_done(self.kind, replayed=True)  # issue 22: report, telemetry
         outcome = self.replayed
         assert outcome is not None
+        shown = self.shown()
         if isinstance(outcome, Validating):
             run.log.info(
                 "Durable: %s replayed from the cache; output validator %s (and any after it) runs again on it",
-                self.label,
+                shown,
                 outcome.validator_name,
             )
             return outcome.value
-        run.log.info("Durable: %s replayed from the cache", self.label)
+        run.log.info("Durable: %s replayed from the cache", shown)
         if isinstance(outcome, Returned):
             if self.is_tool:
                 run.ledger.replayed_tool_returns += 1
             return outcome.value
         if not isinstance(outcome.error, ToolFailed):  # a retry: it may be what makes the run fail
-            run.last_answer.drew_retry(self.entry_name, self.label, type(outcome.error).__name__)
+            run.last_answer.drew_retry(self.entry_name, shown, type(outcome.error).__name__)
         raise outcome.error
 
     # --- running live ----------------------------------------------------------------------------
@@ -155,7 +168,7 @@ class ToolStep:
             raise
         except (ApprovalRequired, CallDeferred):
             # Not an outcome: the call waits for a decision (or for work done elsewhere) and is made again after it.
-            self.run.log.info("Durable: %s asks for approval", self.label)
+            self.run.log.info("Durable: %s asks for approval", self.shown())
             raise
         except ToolRetryError as error:  # a retry pydantic-ai already wrapped (an output function's, for text output)
             self._record_retry_signal(error)
@@ -203,7 +216,7 @@ class ToolStep:
         self.run.log.warning(
             "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
             "result is not recorded and it runs again on a retry",
-            self.label,
+            self.shown(),
             grace,
             time.monotonic() - self.started,
         )
@@ -217,7 +230,7 @@ class ToolStep:
         if self.live:
             self.run.log.info("Durable: %s ran live in %.2f s (a live tool: never recorded)", self.label, elapsed)
             return self.run.keys.model_steps
-        self.run.log.info("Durable: %s ran live in %.2f s", self.label, elapsed)
+        self.run.log.info("Durable: %s ran live in %.2f s", self.shown(), elapsed)
         if self.key is None:
             self.run.writer.skipped()
         return self.run.keys.model_steps
@@ -232,7 +245,7 @@ class ToolStep:
             payload = encode_outcome(Returned(value))
         except UnsupportedValue as error:
             self.run.writer.skipped()
-            self.run.log.warning("Durable: the result of %s is not cached: %s", self.label, error)
+            self.run.log.warning("Durable: the result of %s is not cached: %s", self.shown(), error)
             return
         self._write(step_number, payload)
 
@@ -247,7 +260,7 @@ class ToolStep:
         self.run.last_answer.failed_call = True
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and %s",
-            self.label,
+            self.shown(),
             time.monotonic() - self.started,
             type(error).__name__,
             self.run.outlook.what_next(),
@@ -264,11 +277,12 @@ class ToolStep:
         self.run.last_answer.failed_call = True
         step_number = self.run.keys.model_steps
         elapsed = time.monotonic() - self.started
+        shown = self.shown()
         if self.key is None:
             self.run.writer.skipped()
             self.run.log.info(
                 "Durable: %s returned in %.2f s, then output validator %s failed (%s); it is not cached and %s",
-                *(self.label, elapsed, validator, type(error).__name__, self.run.outlook.what_next()),
+                *(shown, elapsed, validator, type(error).__name__, self.run.outlook.what_next()),
             )
             return
         try:
@@ -278,12 +292,12 @@ class ToolStep:
             self.run.log.warning(
                 "Durable: %s returned in %.2f s, then output validator %s failed (%s); its result is not cached "
                 "(%s) and the function %s",
-                *(self.label, elapsed, validator, type(error).__name__, unsupported, self.run.outlook.what_next()),
+                *(shown, elapsed, validator, type(error).__name__, unsupported, self.run.outlook.what_next()),
             )
             return
         self.run.log.info(
             "Durable: %s returned in %.2f s and is recorded, then output validator %s failed (%s); %s",
-            *(self.label, elapsed, validator, type(error).__name__),
+            *(shown, elapsed, validator, type(error).__name__),
             self.run.outlook.what_next("a retry replays the result and runs the validators again"),
         )
         self._write(step_number, payload)
@@ -295,7 +309,7 @@ class ToolStep:
         if self.key is None:
             return
         if isinstance(error, ModelRetry):  # ToolFailed costs no retry: it can never exhaust them
-            self.run.last_answer.drew_retry(self.entry_name, self.label, "ModelRetry")
+            self.run.last_answer.drew_retry(self.entry_name, self.shown(), "ModelRetry")
         self._write(step_number, encode_outcome(Raised(error)))
 
     def _record_retry_signal(self, error: ToolRetryError) -> None:
@@ -305,14 +319,13 @@ class ToolStep:
         step_number = self._finish()
         if self.key is None:
             return
-        self.run.last_answer.drew_retry(self.entry_name, self.label, "ToolRetryError")
+        self.run.last_answer.drew_retry(self.entry_name, self.shown(), "ToolRetryError")
         self._write(step_number, encode_outcome(RetrySignal(error)))
 
-    def _write(self, step_number: int, payload: dict[str, Any]) -> None:
-        assert self.key is not None
-        entry = StepEntry(
+    def _entry(self, step_number: int, payload: dict[str, Any]) -> StepEntry:
+        return StepEntry(
             kind="tool",
-            key=self.key,
+            key=self.key or "",
             step=step_number,
             attempt=self.run.attempt,
             label=self.tool_name,
@@ -322,7 +335,11 @@ class ToolStep:
             recorded_at=time.time(),
             scope=self.run.entry_scope,
         )
-        self.run.writer.persist(entry, self.label)
+
+    def _write(self, step_number: int, payload: dict[str, Any]) -> None:
+        assert self.key is not None
+        entry = self._entry(step_number, payload)
+        self.run.writer.persist(entry, self.shown(entry))
 
 
 def _is_cancelled(run_task: asyncio.Task[Any] | None) -> bool:

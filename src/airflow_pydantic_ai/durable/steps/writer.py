@@ -22,6 +22,7 @@ from airflow_pydantic_ai.durable.errors import DurableConfigError, DurableStorag
 from airflow_pydantic_ai.durable.steps.codec import iter_text
 from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["StepWriter", "StorageErrors", "TryOutlook", "no_secrets", "secret_check"]
@@ -106,6 +107,9 @@ class StepWriter:
     written: list[str] = field(default_factory=list)
     """Names of the entries this attempt stored, oldest first (the cache is deleted newest first)."""
     backoff: _Backoff = field(default_factory=_Backoff)
+    numbers: StepNumbers = field(default_factory=StepNumbers, repr=False)
+    """What the cache holds as this attempt knows it (what it loaded, then what it stored), numbered as the view
+    and ``cache show`` number it: the step numbers of the log (``numbering.py``)."""
 
     # --- at the start ----------------------------------------------------------------------------
 
@@ -186,6 +190,7 @@ class StepWriter:
             self._write_failed(entry, what, error)
             return False
         self.backoff.failed_in_a_row = 0
+        self.numbers.add(entry)
         if entry.name not in self.written:
             self.written.append(entry.name)
         return True

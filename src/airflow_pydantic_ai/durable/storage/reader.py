@@ -3,13 +3,9 @@
 What people use to look at a cache (the ``airflow pydantic-ai cache`` commands, the UI view, tests)
 goes through :class:`CacheReader`; nobody parses entry names or JSON by hand.
 
-Numbering: the steps are numbered from 1 in the order they were recorded: by the model step they
-belong to (a tool call belongs to the model answer that asked for it), the model answer first, then
-its tool and output function calls by the time they were written. The steps of an agent run started
-inside a tool call (a delegate) come right before that call's own entry (they happened while it ran),
-run by run, each in the same order; the runs of further agents at the top level come last. The same numbering drives
-:meth:`CacheReader.delete_from`: deleting step N and everything after it makes the next try replay
-steps 1..N-1 and run live from step N ("fork at step N").
+Numbering: the steps are numbered from 1 in listing order (``numbering.py``: the one rule, which the task
+log uses too). The same numbering drives :meth:`CacheReader.delete_from`: deleting step N and everything
+after it makes the next try replay steps 1..N-1 and run live from step N ("fork at step N").
 
 Guarantees: reading never changes the cache; a damaged entry is listed as damaged (never a traceback)
 and is still deleted by :meth:`~CacheReader.delete_all` and :meth:`~CacheReader.delete_from`; an
@@ -26,16 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from airflow_pydantic_ai.durable.storage.entry import TOP_PARENT, SealedEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.entry import SealedEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.numbering import ListingRow, in_listing_order, listing_order
 from airflow_pydantic_ai.durable.storage.step_costs import StepCost
-from airflow_pydantic_ai.durable.storage.store import StepStore, StoredEntry
+from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
 
 StepKindShown = Literal["model", "tool", "output", "decision", "result", "damaged", "encrypted"]
-# A decision is made on the calls of a model answer before they run: it comes right after that answer;
-# the recorded output comes after every call of its answer.
-_ROLE_ORDER = {"model": 0, "decision": 1, "tool": 2, "output": 2, "result": 3}
 _DEFAULT_LIMIT = 4096
 
 
@@ -160,13 +154,12 @@ class CacheReader:
 
     def _read(self) -> list[tuple[StepInfo, StepEntry | None]]:
         survey = self.store.survey()
-        readable: list[tuple[tuple[Any, ...], StoredEntry, StepEntry]] = []
-        for name, (entry, item) in survey.entries.items():
-            recorded = _timestamp(entry.recorded_at) or item.modified
-            order = (entry.step, _ROLE_ORDER.get(entry.step_role, 3), recorded or _EPOCH, name)
-            readable.append((order, item, entry))
+        readable = [
+            ListingRow(listing_order(entry, item.modified), entry, item) for entry, item in survey.entries.values()
+        ]
         result: list[tuple[StepInfo, StepEntry | None]] = []
-        for order, item, entry in _in_run_order(readable):
+        for row in in_listing_order(readable):
+            entry, item = row.entry, row.item
             scope = entry.scope or {}
             agent = scope.get("agent")
             info = StepInfo(
@@ -175,7 +168,7 @@ class CacheReader:
                 name=entry.label,
                 call_id=entry.call_id,
                 attempt=entry.attempt,
-                recorded_at=order[2] if order[2] is not _EPOCH else None,
+                recorded_at=_timestamp(entry.recorded_at) or item.modified,
                 size=item.size,
                 entry_name=item.name,
                 cost=StepCost.of(entry.kind, entry.usage),
@@ -200,59 +193,6 @@ class CacheReader:
             )
             result.append((info, None))
         return result
-
-
-_EPOCH = dt.datetime.fromtimestamp(0, tz=dt.UTC)
-
-_Row = tuple[tuple[Any, ...], StoredEntry, StepEntry]
-
-
-def _orphan_order(scope_id: tuple[str, int]) -> tuple[bool, int]:
-    return (scope_id[0] == TOP_PARENT, scope_id[1])
-
-
-def _in_run_order(rows: list[_Row]) -> list[_Row]:
-    """The first top-level run's steps in order, each run started inside a call right before that call's entry,
-    and the further top-level runs at the end (see the module's docstring)."""
-    runs: dict[tuple[str, int] | None, list[_Row]] = {}
-    for row in rows:
-        runs.setdefault(row[2].scope_id, []).append(row)
-    for steps in runs.values():
-        steps.sort(key=lambda row: row[0])
-    started_by: dict[str, list[tuple[str, int]]] = {}
-    for scope_id in runs:
-        if scope_id is not None:
-            started_by.setdefault(scope_id[0], []).append(scope_id)
-    for scopes in started_by.values():
-        scopes.sort(key=lambda scope_id: scope_id[1])
-    placed: set[tuple[str, int] | None] = set()
-    ordered: list[_Row] = []
-
-    def emit(scope_id: tuple[str, int] | None) -> None:
-        placed.add(scope_id)
-        for row in runs.get(scope_id, []):
-            for child in started_by.get(row[2].key, ()) if row[2].kind == "tool" else ():
-                emit(child)
-            ordered.append(row)
-
-    emit(None)
-    # Runs whose starting call left no entry (it failed, or it is still running): after the model step of the
-    # first run that asked for the call; then the further top-level runs, in the order they started.
-    orphans = sorted((scope for scope in runs if scope is not None and scope not in placed), key=_orphan_order)
-    for scope_id in orphans:
-        if scope_id in placed:
-            continue
-        position = len(ordered)
-        if scope_id[0] != TOP_PARENT:
-            at = int((runs[scope_id][0][2].scope or {}).get("at", 0))
-            position = next(
-                (index for index, row in enumerate(ordered) if row[2].scope is None and row[2].step > at), position
-            )
-        tail = ordered[position:]
-        del ordered[position:]
-        emit(scope_id)
-        ordered.extend(tail)
-    return ordered
 
 
 def _or_empty(value: float | None) -> float | str:
