@@ -87,7 +87,7 @@ def test_prompt_change_reruns_model_and_downstream_tools(harness):
     assert run.replayed.total == 0
     assert calls == {"lookup": 2, "notify": 2}, "TestModel reuses tool call ids; the tools must still rerun"
     [warning] = log.at("warning")
-    assert "step 2: model test:test differs from what attempt 1 recorded" in warning
+    assert "step 4: model test:test differs from what attempt 1 recorded" in warning
     assert "changed: user prompt" in warning
 
 

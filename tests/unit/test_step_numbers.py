@@ -145,11 +145,12 @@ def test_a_changed_prompt_numbers_the_new_steps_after_the_earlier_tries_ones(har
         harness.run(agent, "printer")
     _result, _run, log = harness.run(agent, "laptop")  # another prompt: every step runs live
     logged = assert_one_numbering(log, harness)
-    # Try 1's steps stay listed (and numbered) beside the new ones of the same model step.
-    assert logged[2] == ("model", "function:function:model:", "ran live")
+    # Try 1's steps stay listed (and numbered): the new try's come after those of the same model step.
+    assert logged[3] == ("model", "function:function:model:", "ran live")
+    assert [number for number, (*_, happened) in sorted(logged.items())] == [3, 4, 6, 7, 8]
     assert len(listed_steps(harness)) == 3 + 5
     changed = [line for line in log.at("warning") if "differs from what attempt 1 recorded" in line]
-    assert changed and changed[0].startswith("Durable: step 2: model function:function:model: differs")
+    assert changed and changed[0].startswith("Durable: step 3: model function:function:model: differs")
 
 
 def test_a_delegates_steps_are_numbered_as_the_view_lists_them(harness):

@@ -1,7 +1,8 @@
 """The one numbering of a cache's steps: what the task log, the UI view and ``cache show`` call "step N".
 
 Steps are numbered from 1 in the order they were recorded: by the model step they belong to (a tool call
-belongs to the model answer that asked for it), the model answer first, then the decisions made on its
+belongs to the model answer that asked for it), then by the try that wrote them (a try that took another
+path lists its steps after the earlier try's), the model answer first, then the decisions made on its
 calls, then its tool and output function calls by the time they were written, then the recorded output.
 The steps of an agent run started inside a tool call (a delegate) come right before that call's own entry
 (they happened while it ran), run by run, each in the same order; the runs of further agents at the top
@@ -15,7 +16,7 @@ goes (the entries it loaded, then each entry it writes) and names each step in i
 the number the view and ``cache show`` give it.
 
 Limits, said in ``docs/durability.rst``: a later try that takes another path writes steps that can be
-listed before those of an earlier try (so an older log's numbers can shift by them); the steps of parallel
+listed before later steps of an earlier try (so an older log's numbers can shift by them); the steps of parallel
 tool calls that each run a delegate are numbered as they happen, and the listing puts each call's delegate
 steps together once the calls are written; entries written by release 0.1.0 carry no time and are ordered
 by their objects' modification time in the listing, by name in a try's log.
@@ -37,7 +38,7 @@ __all__ = ["ListingRow", "StepNumbers", "in_listing_order", "listing_order"]
 # the recorded output comes after every call of its answer.
 _ROLE_ORDER = {"model": 0, "decision": 1, "tool": 2, "output": 2, "result": 3}
 
-OrderKey = tuple[int, int, float, str]
+OrderKey = tuple[int, int, int, float, str]
 T = TypeVar("T")
 
 
@@ -47,7 +48,7 @@ def listing_order(entry: StepEntry, modified: dt.datetime | None = None) -> Orde
     seconds = entry.recorded_at
     if seconds is None:
         seconds = modified.timestamp() if modified is not None else 0.0
-    return (entry.step, _ROLE_ORDER.get(entry.step_role, 3), float(seconds), entry.name)
+    return (entry.step, entry.attempt, _ROLE_ORDER.get(entry.step_role, 3), float(seconds), entry.name)
 
 
 @dataclass(frozen=True)
