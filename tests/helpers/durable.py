@@ -1,5 +1,6 @@
-"""What the durable tests share: a logger that keeps its lines, the task identity, and one harness that runs
-attempts of a durable agent the way ``AgentOperator`` does, on a local folder and without Airflow.
+"""What the durable tests share: a logger that keeps its lines, the task identity, one harness that runs
+attempts of a durable agent the way ``AgentOperator`` does, on a local folder and without Airflow, and the
+agent most of them run (``counting_agent``).
 
 An attempt: the task instance's ``file://`` store in a folder of the test's own, ``DurableRun.open`` with the
 next attempt number, then ``run_agent`` (the operator's own entry point) inside ``run.ending()``, which logs the
@@ -15,10 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+from pydantic_ai import Agent
+from pydantic_ai.models.test import TestModel
 
 from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity, run_agent
 
-__all__ = ["RUN_ID", "DurableHarness", "RecordingLog", "local_store", "stored_entries", "task_identity", "unpack"]
+__all__ = [
+    "RUN_ID",
+    "DurableHarness",
+    "RecordingLog",
+    "counting_agent",
+    "local_store",
+    "stored_entries",
+    "task_identity",
+    "unpack",
+]
 
 RUN_ID = "manual__2026-11-22T04:00:00+00:00"
 """The run id of the task instances the durable tests write caches for (a manual run's id, with ``:`` and ``+``)."""
@@ -155,3 +167,24 @@ class DurableHarness:
         with run.ending():
             result = run_agent(run, agent, prompt, capabilities=capabilities, **agent_kwargs)
         return result, run, log
+
+
+def counting_agent(calls: dict[str, int], fail_on: set[str] | None = None, **agent_kwargs: Any) -> Agent[Any, Any]:
+    """A ``TestModel`` agent with two tools, ``lookup`` and ``notify``, that count their calls in ``calls``;
+    ``notify`` fails once (``ConnectionError``) when ``fail_on`` holds it. ``agent_kwargs`` go to ``Agent``."""
+    agent: Agent[Any, Any] = Agent(TestModel(), **agent_kwargs)
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        calls["lookup"] = calls.get("lookup", 0) + 1
+        return f"weather in {city}: sunny"
+
+    @agent.tool_plain
+    def notify(message: str) -> str:
+        calls["notify"] = calls.get("notify", 0) + 1
+        if fail_on and "notify" in fail_on:
+            fail_on.discard("notify")
+            raise ConnectionError("chat API down")
+        return "sent"
+
+    return agent

@@ -10,15 +10,9 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
-from tests.helpers.durable import DurableHarness
 
 from airflow_pydantic_ai.durable.steps.cost import response_cost
 from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION
-
-
-@pytest.fixture
-def harness(tmp_path) -> DurableHarness:
-    return DurableHarness(base=str(tmp_path / "cache"))
 
 
 def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -86,11 +86,6 @@ def _chat_spans(spans: list[ReadableSpan]) -> list[ReadableSpan]:
     return [span for span in spans if span.name.startswith("chat ")]
 
 
-@pytest.fixture
-def harness(tmp_path) -> DurableHarness:
-    return DurableHarness(base=str(tmp_path / "cache"))
-
-
 def _two_tries(harness: DurableHarness, telemetry: Telemetry) -> tuple[list[ReadableSpan], list[ReadableSpan]]:
     """Try 1: model step 1 live, the tool fails. Try 2: model step 1 replayed, the tool and model step 2 live."""
     agent = instrumented_agent(telemetry, [True])

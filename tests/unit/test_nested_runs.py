@@ -25,7 +25,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from tests.helpers.durable import DurableHarness
 
 from airflow_pydantic_ai.durable import CacheReader, DurableCapability, live_tool
 
@@ -35,11 +34,6 @@ calls: Counter[str] = Counter()
 @pytest.fixture(autouse=True)
 def _fresh_counts():
     calls.clear()
-
-
-@pytest.fixture
-def harness(tmp_path) -> DurableHarness:
-    return DurableHarness(base=str(tmp_path / "cache"))
 
 
 def _returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:

@@ -11,14 +11,8 @@ from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage, UsageLimits
-from tests.helpers.durable import DurableHarness
 
 from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
-
-
-@pytest.fixture
-def harness(tmp_path) -> DurableHarness:
-    return DurableHarness(base=str(tmp_path / "cache"))
 
 
 def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
