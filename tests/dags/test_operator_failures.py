@@ -51,7 +51,9 @@ def test_answer_that_exhausted_output_retries_is_asked_again_on_retry(capfd):
     # was told to retry), the last one is asked again instead of failing the same way.
     assert answers == [(1, "not a number"), (1, "not a number"), (2, "42")]
     assert summaries(out) == [(0, 0, 0, 2, 2, 0), (1, 1, 0, 1, 1, 0)]
-    assert "the run failed on model step 2's answer; removed from the cache so a retry asks again" in out
+    # Step 1 is the first answer (its output failed validation: no entry of its own), step 2 the one it failed on.
+    assert re.search(r"the run failed on the answer of step 2: model \S+; removed from the cache so a retry asks", out)
+    assert "Durable: step 2: model function:function:model: ran live" in out  # the same number on try 2
 
 
 @pytest.mark.parametrize("failure", ["missing-connection", "function-raises", "function-returns-nothing"])
@@ -160,7 +162,9 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_testmodel(capfd):
     assert xcom_value(dr, "durable") == xcom_value(dr, "plain")
     assert CALLS["notify_ops:durable"] == CALLS["notify_ops:plain"] == 2
     assert "exceeded max retries count of 0" in out
-    assert "the run failed on model step 1's answer and the ModelRetry of tool notify_ops" in out
+    assert re.search(
+        r"the run failed on the answer of step 1: model \S+ and the ModelRetry of step 2: tool notify_ops \(call", out
+    )
 
 
 def _ops_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -244,7 +248,7 @@ def test_execution_timeout_ends_a_durable_task_while_a_sync_tool_hangs(capfd, ca
     assert hung, f"the task ended only when the tool returned ({elapsed:.1f} s)"
     assert "AirflowTaskTimeout" in out or "Timeout" in out
     assert re.search(
-        r"Durable: tool export_report \(call \S+\) did not finish within 2 s after the run was cancelled "
+        r"Durable: step 2: tool export_report \(call \S+\) did not finish within 2 s after the run was cancelled "
         r"\(after [\d.]+ s in all\); its result is not recorded and it runs again on a retry",
         out,
     )

@@ -32,7 +32,7 @@ def make_dag(dag_id: str):
     )
 
 
-REFUSED = "model step 3 (function:function:_model:) would exceed the request_limit of 2 counted across the tries"
+REFUSED = "step 5: model function:function:_model: would exceed the request_limit of 2 counted across the tries"
 
 
 def test_the_operator_argument_stops_a_retry_before_the_request_over_budget(capfd):
