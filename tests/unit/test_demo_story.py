@@ -29,15 +29,15 @@ def test_story_has_each_try_in_order_with_its_failure_reason_and_state() -> None
     assert first.failure == "ConnectionError: team chat API unavailable (simulated, first try only)"
     assert first.state == "up_for_retry"
     assert first.lines[2:] == [
-        "Durable: model step 1 (function:scripted-llm) ran live in 0.01 s",
+        "Durable: step 1: model function:scripted-llm ran live in 0.01 s",
         "fetch_ticket(42) called on try 1",
-        "Durable: tool fetch_ticket (call fetch-42) ran live in 0.00 s",
+        "Durable: step 2: tool fetch_ticket (call fetch-42) ran live in 0.00 s",
         "notify_team(42) called on try 1",
-        "Durable: tool notify_team (call notify-42) failed after 0.02 s (ConnectionError); it is not cached and "
+        "Durable: step 3: tool notify_team (call notify-42) failed after 0.02 s (ConnectionError); it is not cached and "
         "runs again on a retry",
         "Durable: replayed 0 cached steps (0 model, 0 tool), executed 3 new steps (1 model, 2 tool)",
     ]
     assert second.failure is None
     assert second.state == "success"
-    assert "Durable: tool fetch_ticket (call fetch-42) replayed from the cache" in second.lines
+    assert "Durable: step 2: tool fetch_ticket (call fetch-42) replayed from the cache" in second.lines
     assert "Durable: replayed 2 cached steps (1 model, 1 tool), executed 2 new steps (1 model, 1 tool)" in second.lines
