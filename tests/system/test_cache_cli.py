@@ -484,3 +484,43 @@ def test_the_task_log_names_the_command_that_deletes_its_cache(
     assert pasted.returncode == 0, pasted.stderr
     assert "Deleted the whole cache (1 step" in pasted.stdout
     assert not (tmp_path / "cache" / dr.dag_id).exists()
+
+
+def test_the_task_log_and_cache_show_give_each_step_the_same_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """One numbering: every ``step N: ...`` line of both tries' logs is step N of ``cache show``."""
+    import re
+
+    base_url = f"file://{tmp_path / 'cache'}"
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", base_url)
+    with _dag(f"cli_numbers_{uuid.uuid4().hex[:6]}", retries=1) as dag:
+        _agent_task("triage", fail_on_try=2)  # notify_team fails on both tries: the cache is kept
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "failed" and task_states(dr)[("triage", -1)] == ("failed", 2)
+
+    ids = (dr.dag_id, dr.run_id, "triage")
+    logged = re.findall(r"Durable: step (\d+): (model|tool) (\S+)[^\n]*?(replayed from the cache|ran live|failed)", out)
+    show = subprocess.run(
+        [str(CLI), *([] if CLI == CONSOLE_SCRIPT else ["pydantic-ai"]), "cache", "show", *ids, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": base_url},
+    )
+    listed = {row["step"]: (row["kind"], row["name"]) for row in CLIResult(show.returncode, show.stdout, "").json()}
+
+    assert [(int(number), happened) for number, _, _, happened in logged] == [
+        (1, "ran live"),
+        (2, "ran live"),
+        (3, "failed"),  # notify_team on try 1: not recorded, and again on try 2 under the same number
+        (1, "replayed from the cache"),
+        (2, "replayed from the cache"),
+        (3, "failed"),
+    ]
+    assert listed == {1: ("model", "test:test"), 2: ("tool", "fetch_ticket")}
+    for number, kind, name, happened in logged:
+        if happened != "failed":
+            assert listed[int(number)] == (kind, name)
