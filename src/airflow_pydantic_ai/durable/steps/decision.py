@@ -106,7 +106,7 @@ class DecisionStep:
             return
         try:
             self.recorded = Decision.from_payload(entry.payload)
-            self.run.stats.step_done("decision", replayed=True)  # issue 22: report
+            self.run.step_replayed("decision", self.entry_name)  # issue 22: report
         except Exception as error:
             self.run.entry_unusable(
                 entry, error, f"the call {self.tool_name} ({self.call.tool_call_id}) is asked again"
@@ -129,4 +129,4 @@ class DecisionStep:
         )
         self.run.record_decision(entry, f"the decision on {self.tool_name} (call {self.call.tool_call_id})")
         self.recorded = decision
-        self.run.stats.step_done("decision", replayed=False)  # issue 22: report
+        self.run.step_ran("decision")  # issue 22: report

@@ -118,13 +118,11 @@ class ModelStep:
         if self.replayed is None:
             return None
         run = self.run
-        run.stats.model_replayed(self.entry_name, self.replayed_usage)
         usage, cost = self._recorded_spend(self.replayed)
-        run.stats.step_done("model", replayed=True, usage=usage, cost=cost)  # issue 22: report, telemetry
-        run.ledger.replayed_requests += 1
-        run.last_answer.model_entries = [self.entry_name]
-        run.last_answer.shown = self.shown()
-        run.log.info("Durable: %s replayed from the cache", run.last_answer.shown)
+        run.step_replayed("model", self.entry_name, usage=usage, cost=cost)
+        shown = self.shown()
+        run.answer_is([self.entry_name], shown)
+        run.log.info("Durable: %s replayed from the cache", shown)
         return self.replayed
 
     def _recorded_spend(self, response: ModelResponse) -> tuple[RequestUsage, Decimal | None]:
@@ -140,9 +138,8 @@ class ModelStep:
 
     def record_failure(self, error: BaseException) -> None:
         """The request was sent but raised: counted as executed, nothing to cache."""
-        self.run.stats.executed.model += 1
-        self.run.stats.step_done("model", replayed=False)  # issue 22: report, telemetry
-        self.run.keys.model_request_failed(self.place)
+        self.run.step_ran("model")
+        self.run.request_failed(self.place)
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s)",
             self.shown(),
@@ -153,16 +150,15 @@ class ModelStep:
     def record(self, response: ModelResponse, *, complete: bool = True) -> None:
         """The request ran live: count it, and store its response (with the keys of the tries that failed before)."""
         run = self.run
-        run.stats.executed.model += 1
         cost = response_cost(response)  # issue 22: priced once, for the report and the entry
-        run.stats.step_done("model", replayed=False, usage=response.usage, cost=cost)
+        run.step_ran("model", usage=response.usage, cost=cost)
         shown = self.shown()
         run.log.info("Durable: %s ran live in %.2f s", shown, time.monotonic() - self.started)
         if self.key is None:
-            run.writer.skipped()
+            run.not_stored()
             return
         if not complete:
-            run.writer.skipped()
+            run.not_stored()
             run.log.warning("Durable: %s was not read to its end (%s); it is not cached", shown, response.state)
             return
         usage: dict[str, Any] = {
@@ -172,11 +168,8 @@ class ModelStep:
         if cost is not None:  # issue 22: a replay and the read side take it as recorded
             usage["cost_usd"] = float(cost)
         entry = self._entry({"response": encode_response(response)}, usage)
-        what = shown
-        run.last_answer.model_entries = [entry.name]
-        run.last_answer.shown = shown
-        run.writer.persist(entry, what)
-        for alias in self.place.aliases:
-            copy = replace(entry, key=alias)
-            run.last_answer.model_entries.append(copy.name)
-            run.writer.persist(copy, f"{what} (also as the try that failed before it)")
+        copies = [replace(entry, key=alias) for alias in self.place.aliases]
+        run.answer_is([entry.name, *(copy.name for copy in copies)], shown)
+        run.record(entry, shown)
+        for copy in copies:
+            run.record(copy, f"{shown} (also as the try that failed before it)")

@@ -9,29 +9,32 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractContextManager
+from decimal import Decimal
 from typing import Any, Protocol
 
-from airflow_pydantic_ai.durable.keys.chain import KeyChain
+from pydantic_ai.usage import RequestUsage
+
+from airflow_pydantic_ai.durable.keys.chain import ModelKey
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget
-from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
-from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
-from airflow_pydantic_ai.durable.steps.usage import ReplayLedger
-from airflow_pydantic_ai.durable.steps.writer import StepWriter, TryOutlook
+from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+from airflow_pydantic_ai.durable.steps.tally import StepKind
+from airflow_pydantic_ai.durable.steps.writer import TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
 __all__ = ["StepOwner"]
 
 
 class StepOwner(Protocol):
-    """The attempt as its steps see it."""
+    """The attempt as its steps see it: what they read, and the verbs they report through.
+
+    Steps never change the attempt's rooms themselves (the counts, the writer, the replay ledger, the last
+    answer, the key chain): each verb below is the one way to say what happened, and the attempt decides
+    which rooms that touches.
+    """
 
     attempt: int
     entries: dict[str, StepEntry]
-    keys: KeyChain
-    stats: AttemptStats
-    ledger: ReplayLedger
-    last_answer: LastAnswer
-    writer: StepWriter
+    """What the cache held when the attempt started (read only)."""
     run_task: asyncio.Task[Any] | None
     budget: RetryBudget | None
     """Usage limits counted across tries (issue 22), checked before a live request or tool call."""
@@ -48,8 +51,56 @@ class StepOwner(Protocol):
     @property
     def entry_scope(self) -> dict[str, Any] | None: ...
 
+    @property
+    def answer_number(self) -> int:
+        """The number of the model step (in this agent run) whose answer the calls running now belong to."""
+        ...
+
     def step_number(self, entry: StepEntry) -> int:
         """The number ``entry`` has (or would have, written now) in the cache's listing (``numbering.py``)."""
+        ...
+
+    # --- the verbs -------------------------------------------------------------------------------
+
+    def step_replayed(
+        self,
+        kind: StepKind,
+        entry_name: str,
+        *,
+        usage: RequestUsage | None = None,
+        cost: Decimal | None = None,
+        counted_by_pydantic_ai: bool = False,
+    ) -> None:
+        """A step was answered from its entry (``usage``/``cost``: what a model step spent when it was recorded;
+        ``counted_by_pydantic_ai``: pydantic-ai counts it in its usage although it did not happen)."""
+        ...
+
+    def step_ran(self, kind: StepKind, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
+        """A step ran live (recorded or not)."""
+        ...
+
+    def record(self, entry: StepEntry, what: str) -> bool:
+        """Record ``entry`` (False: it was not stored; the log says why)."""
+        ...
+
+    def not_stored(self) -> None:
+        """A step ran live and is not recorded (the caller logged why)."""
+        ...
+
+    def answer_is(self, entry_names: list[str], shown: str) -> None:
+        """The model answer the run is on now is stored under ``entry_names`` (what it may fail on)."""
+        ...
+
+    def retry_drawn(self, entry_name: str, shown: str, outcome: str) -> None:
+        """A call of the current answer drew a retry (``outcome``: ``ModelRetry``...), recorded or replayed."""
+        ...
+
+    def call_failed(self) -> None:
+        """A call of the current answer raised an exception that is never recorded: that call ends the run."""
+        ...
+
+    def request_failed(self, place: ModelKey) -> None:
+        """The model request at ``place`` was sent and raised."""
         ...
 
     def entry_unusable(self, entry: StepEntry, error: object, consequence: str) -> None: ...

@@ -20,14 +20,15 @@ import asyncio
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import Model
-from pydantic_ai.usage import UsageLimits
+from pydantic_ai.usage import RequestUsage, UsageLimits
 
 from airflow_pydantic_ai.durable.errors import describe_error
-from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain
+from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain, ModelKey
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget, Spent
@@ -46,6 +47,7 @@ from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place,
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
+from airflow_pydantic_ai.durable.steps.tally import StepKind
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.steps.usage import ReplayLedger, replay_aware
@@ -278,6 +280,65 @@ class DurableRun:
         """The number ``entry`` has (or would have, written now) in the cache's listing: the log names steps by it,
         as the view and ``cache show`` do (``numbering.py``)."""
         return self.writer.numbers.number(entry)
+
+    @property
+    def answer_number(self) -> int:
+        """The number of this agent run's model step whose answer the calls running now belong to."""
+        return self.keys.model_steps
+
+    # --- the verbs steps report through (``owner.py``): the one place that decides which rooms they touch ---
+
+    def step_replayed(
+        self,
+        kind: StepKind,
+        entry_name: str,
+        *,
+        usage: RequestUsage | None = None,
+        cost: Decimal | None = None,
+        counted_by_pydantic_ai: bool = False,
+    ) -> None:
+        """A step was answered from its entry: counted as replayed, and kept out of what usage limits count."""
+        if kind == "model":
+            self.stats.model_replayed(entry_name, usage)
+            self.ledger.replayed_requests += 1
+        elif kind != "decision":
+            self.stats.tool_replayed(entry_name)
+            if counted_by_pydantic_ai:
+                self.ledger.replayed_tool_returns += 1
+        self.stats.step_done(kind, replayed=True, usage=usage, cost=cost)  # issue 22: report, telemetry
+
+    def step_ran(self, kind: StepKind, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
+        """A step ran live: counted as executed (an output function call counts as a tool step)."""
+        if kind == "model":
+            self.stats.executed.model += 1
+        elif kind != "decision":
+            self.stats.executed.tool += 1
+        self.stats.step_done(kind, replayed=False, usage=usage, cost=cost)  # issue 22: report, telemetry
+
+    def record(self, entry: StepEntry, what: str) -> bool:
+        """Record ``entry`` through the writer (False: not stored; the log says why)."""
+        return self.writer.persist(entry, what)
+
+    def not_stored(self) -> None:
+        """A step ran live and is not recorded: counted as not persisted."""
+        self.writer.skipped()
+
+    def answer_is(self, entry_names: list[str], shown: str) -> None:
+        """The model answer the run is on is stored under ``entry_names``: what a run that gives up forgets."""
+        self.last_answer.model_entries = list(entry_names)
+        self.last_answer.shown = shown
+
+    def retry_drawn(self, entry_name: str, shown: str, outcome: str) -> None:
+        """A call of the current answer drew a retry: forgotten with the answer if the run gives up."""
+        self.last_answer.drew_retry(entry_name, shown, outcome)
+
+    def call_failed(self) -> None:
+        """A call of the current answer raised an exception that is never recorded: the answer stays cached."""
+        self.last_answer.failed_call = True
+
+    def request_failed(self, place: ModelKey) -> None:
+        """The model request at ``place`` was sent and raised: the key chain remembers it for a fallback."""
+        self.keys.model_request_failed(place)
 
     def entry_unusable(self, entry: StepEntry, error: object, consequence: str) -> None:
         """One WARNING for an entry that cannot be rebuilt: it is never replayed, ``consequence`` happens instead."""

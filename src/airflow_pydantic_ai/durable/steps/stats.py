@@ -112,10 +112,11 @@ class AttemptStats:
         """Model steps so far, replayed or live (every agent run of the attempt)."""
         return self.replayed.model + self.executed.model
 
-    def model_replayed(self, entry_name: str, usage: dict[str, Any]) -> None:
+    def model_replayed(self, entry_name: str, usage: RequestUsage | None) -> None:
         self.replayed.model += 1
-        self.saved_input_tokens += int(usage.get("input_tokens") or 0)
-        self.saved_output_tokens += int(usage.get("output_tokens") or 0)
+        if usage is not None:
+            self.saved_input_tokens += usage.input_tokens
+            self.saved_output_tokens += usage.output_tokens
         self.replayed_entries.append(entry_name)
 
     def tool_replayed(self, entry_name: str) -> None:

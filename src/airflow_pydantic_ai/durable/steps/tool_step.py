@@ -98,7 +98,7 @@ class ToolStep:
         if entry is None and self.replayed is not None:
             entry = self.run.entries.get(self.entry_name)
         if entry is None:
-            entry = self._entry(self.run.keys.model_steps, {})
+            entry = self._entry(self.run.answer_number, {})
         return f"step {self.run.step_number(entry)}: {self.label}"
 
     def load(self, entry: StepEntry) -> None:
@@ -134,10 +134,12 @@ class ToolStep:
     def replay(self) -> Any:
         """Return (or raise) what the tool did when it was recorded."""
         run = self.run
-        run.stats.tool_replayed(self.entry_name)
-        run.stats.step_done(self.kind, replayed=True)  # issue 22: report, telemetry
         outcome = self.replayed
         assert outcome is not None
+        # pydantic-ai counts a function tool's return in usage.tool_calls: replayed, it did not happen.
+        run.step_replayed(
+            self.kind, self.entry_name, counted_by_pydantic_ai=self.is_tool and isinstance(outcome, Returned)
+        )
         shown = self.shown()
         if isinstance(outcome, Validating):
             run.log.info(
@@ -148,11 +150,9 @@ class ToolStep:
             return outcome.value
         run.log.info("Durable: %s replayed from the cache", shown)
         if isinstance(outcome, Returned):
-            if self.is_tool:
-                run.ledger.replayed_tool_returns += 1
             return outcome.value
         if not isinstance(outcome.error, ToolFailed):  # a retry: it may be what makes the run fail
-            run.last_answer.drew_retry(self.entry_name, shown, type(outcome.error).__name__)
+            run.retry_drawn(self.entry_name, shown, type(outcome.error).__name__)
         raise outcome.error
 
     # --- running live ----------------------------------------------------------------------------
@@ -210,9 +210,8 @@ class ToolStep:
     def _abandon(self, grace: float) -> None:
         """The run was cancelled and this call's thread did not finish within ``grace`` seconds."""
         self.abandoned = True
-        self.run.stats.executed.tool += 1
-        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
-        self.run.writer.skipped()
+        self.run.step_ran(self.kind)
+        self.run.not_stored()
         self.run.log.warning(
             "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
             "result is not recorded and it runs again on a retry",
@@ -224,16 +223,15 @@ class ToolStep:
     # --- recording outcomes ----------------------------------------------------------------------
 
     def _finish(self) -> int:
-        self.run.stats.executed.tool += 1
-        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
+        self.run.step_ran(self.kind)
         elapsed = time.monotonic() - self.started
         if self.live:
             self.run.log.info("Durable: %s ran live in %.2f s (a live tool: never recorded)", self.label, elapsed)
-            return self.run.keys.model_steps
+            return self.run.answer_number
         self.run.log.info("Durable: %s ran live in %.2f s", self.shown(), elapsed)
         if self.key is None:
-            self.run.writer.skipped()
-        return self.run.keys.model_steps
+            self.run.not_stored()
+        return self.run.answer_number
 
     def _record_return(self, value: Any) -> None:
         if self.abandoned:  # finished after its run ended: never recorded, already counted
@@ -244,7 +242,7 @@ class ToolStep:
         try:
             payload = encode_outcome(Returned(value))
         except UnsupportedValue as error:
-            self.run.writer.skipped()
+            self.run.not_stored()
             self.run.log.warning("Durable: the result of %s is not cached: %s", self.shown(), error)
             return
         self._write(step_number, payload)
@@ -253,11 +251,10 @@ class ToolStep:
         """The tool ran and raised (or was cancelled): counted as executed; a retry runs it again."""
         if self.abandoned:  # finished after its run ended: never recorded, already counted
             return
-        self.run.stats.executed.tool += 1
-        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
+        self.run.step_ran(self.kind)
         # The run fails (if it does) because of this call, not because of the model answer that asked
         # for it: that answer must stay cached, or its other tool calls would happen again.
-        self.run.last_answer.failed_call = True
+        self.run.call_failed()
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and %s",
             self.shown(),
@@ -271,15 +268,14 @@ class ToolStep:
         part is done and recorded (when its result can be), so a retry replays it and runs the validators."""
         if self.abandoned:  # finished after its run ended: never recorded, already counted
             return
-        self.run.stats.executed.tool += 1
-        self.run.stats.step_done(self.kind, replayed=False)  # issue 22: report, telemetry
+        self.run.step_ran(self.kind)
         # The run fails because of this output step, not because of the model answer that asked for it.
-        self.run.last_answer.failed_call = True
-        step_number = self.run.keys.model_steps
+        self.run.call_failed()
+        step_number = self.run.answer_number
         elapsed = time.monotonic() - self.started
         shown = self.shown()
         if self.key is None:
-            self.run.writer.skipped()
+            self.run.not_stored()
             self.run.log.info(
                 "Durable: %s returned in %.2f s, then output validator %s failed (%s); it is not cached and %s",
                 *(shown, elapsed, validator, type(error).__name__, self.run.outlook.what_next()),
@@ -288,7 +284,7 @@ class ToolStep:
         try:
             payload = encode_outcome(Validating(value, index, validator))
         except UnsupportedValue as unsupported:
-            self.run.writer.skipped()
+            self.run.not_stored()
             self.run.log.warning(
                 "Durable: %s returned in %.2f s, then output validator %s failed (%s); its result is not cached "
                 "(%s) and the function %s",
@@ -309,7 +305,7 @@ class ToolStep:
         if self.key is None:
             return
         if isinstance(error, ModelRetry):  # ToolFailed costs no retry: it can never exhaust them
-            self.run.last_answer.drew_retry(self.entry_name, self.shown(), "ModelRetry")
+            self.run.retry_drawn(self.entry_name, self.shown(), "ModelRetry")
         self._write(step_number, encode_outcome(Raised(error)))
 
     def _record_retry_signal(self, error: ToolRetryError) -> None:
@@ -319,7 +315,7 @@ class ToolStep:
         step_number = self._finish()
         if self.key is None:
             return
-        self.run.last_answer.drew_retry(self.entry_name, self.shown(), "ToolRetryError")
+        self.run.retry_drawn(self.entry_name, self.shown(), "ToolRetryError")
         self._write(step_number, encode_outcome(RetrySignal(error)))
 
     def _entry(self, step_number: int, payload: dict[str, Any]) -> StepEntry:
@@ -339,7 +335,7 @@ class ToolStep:
     def _write(self, step_number: int, payload: dict[str, Any]) -> None:
         assert self.key is not None
         entry = self._entry(step_number, payload)
-        self.run.writer.persist(entry, self.shown(entry))
+        self.run.record(entry, self.shown(entry))
 
 
 def _is_cancelled(run_task: asyncio.Task[Any] | None) -> bool:
