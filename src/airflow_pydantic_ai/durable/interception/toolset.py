@@ -15,6 +15,7 @@ from pydantic_ai import RunContext
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
+from airflow_pydantic_ai.durable.interception.context_model import with_recorded_model
 from airflow_pydantic_ai.durable.steps.tool_step import CANCELLED_RUN_GRACE
 
 if TYPE_CHECKING:
@@ -67,8 +68,10 @@ class CachingToolset(WrapperToolset[Any]):
             return step.replay()
         requests_before, recorded_before = ctx.usage.requests, self.run.stats.model_requests
         try:
+            # The tool's own ``ctx.model`` requests are steps under this call (context_model.py).
+            tool_ctx = with_recorded_model(ctx, self.run)
             return await step.replay_or_run(
-                lambda: self.wrapped.call_tool(name, tool_args, ctx, tool), in_thread=_runs_in_a_thread(tool)
+                lambda: self.wrapped.call_tool(name, tool_args, tool_ctx, tool), in_thread=_runs_in_a_thread(tool)
             )
         finally:
             unrecorded = (ctx.usage.requests - requests_before) - (self.run.stats.model_requests - recorded_before)
