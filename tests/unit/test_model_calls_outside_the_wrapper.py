@@ -232,3 +232,29 @@ def test_a_delegate_given_ctx_model_records_its_own_steps(harness):
     assert calls["delegate model"] == 1  # the delegate's request replayed
     agents = {step.agent for step in CacheReader(harness.store()).steps() if step.kind == "model"}
     assert "delegate" in agents  # recorded by the delegate's own run, not as the tool's ctx.model requests
+
+
+def test_a_delegate_without_the_capability_is_still_named_next_to_ctx_model_requests(harness):
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt = _last_prompt(messages)
+        if prompt in ("direct", "plain"):
+            calls[prompt] += 1
+            return ModelResponse(parts=[TextPart(f"{prompt} answer")])
+        if not any(isinstance(part, ToolReturnPart) for part in messages[-1].parts):
+            return ModelResponse(parts=[ToolCallPart("ask", {})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    plain: Agent[None, str] = Agent(FunctionModel(model), name="plain")  # no DurableCapability
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="writer")
+
+    @agent.tool
+    async def ask(ctx: RunContext[None]) -> str:
+        # Recorded requests that the run's usage does not count must not hide the delegate's unrecorded one.
+        await ctx.model.request([ModelRequest.user_text_prompt("direct")], None, ModelRequestParameters())
+        await ctx.model.request([ModelRequest.user_text_prompt("direct")], None, ModelRequestParameters())
+        return (await plain.run("plain", usage=ctx.usage)).output
+
+    harness.run(agent, "go")
+    named = [line for line in harness.logs[-1].at("warning") if "DurableCapability" in line]
+    assert len(named) == 1
+    assert "tool ask" in named[0] and "made 1 model request(s) that are not recorded" in named[0]

@@ -39,8 +39,11 @@ class RunContextModel(CachingModel):
         super().__init__(wrapped, run)
         self.agent = agent
         self._bound: DurableRun | None = None
+        self.requests = 0
+        """Requests made through this model (each is a model step of the attempt, outside the run's usage)."""
 
     def recording_run(self) -> DurableRun:
+        self.requests += 1
         if self._bound is None:
             # The tool call's live scope (set by its step); outside it (the model kept and used after the
             # call returned) a place without a key: the requests run live and are not recorded.
