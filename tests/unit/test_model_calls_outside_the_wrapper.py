@@ -16,12 +16,21 @@ import pytest
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.capabilities import AbstractCapability, durable_operation
 from pydantic_ai.direct import model_request
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    CompactionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.wrapper import WrapperModel
 from tests.helpers.durable import DurableHarness
 
-from airflow_pydantic_ai.durable import CacheReader, DurableCapability
+from airflow_pydantic_ai.durable import CacheReader, DurableCapability, live_tool
 
 calls: Counter[str] = Counter()
 
@@ -258,3 +267,107 @@ def test_a_delegate_without_the_capability_is_still_named_next_to_ctx_model_requ
     named = [line for line in harness.logs[-1].at("warning") if "DurableCapability" in line]
     assert len(named) == 1
     assert "tool ask" in named[0] and "made 1 model request(s) that are not recorded" in named[0]
+
+
+def test_ctx_model_requests_in_a_live_tool_run_live_on_every_try(harness):
+    state = {"fail": True}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if _last_prompt(messages) == "status?":
+            calls["direct requests"] += 1
+            return ModelResponse(parts=[TextPart("green")])
+        if not any(isinstance(part, ToolReturnPart) for part in messages[-1].parts):
+            return ModelResponse(parts=[ToolCallPart("status", {}), ToolCallPart("notify", {})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model))
+
+    @agent.tool(metadata=live_tool())
+    async def status(ctx: RunContext[None]) -> str:
+        response = await ctx.model.request([ModelRequest.user_text_prompt("status?")], None, ModelRequestParameters())
+        return str(response.text)
+
+    @agent.tool_plain
+    def notify() -> str:
+        if state["fail"]:
+            state["fail"] = False
+            raise ConnectionError("down")
+        return "sent"
+
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "go")
+    result, _, _log = harness.run(agent, "go")
+    assert result.output == "done"
+    assert calls["direct requests"] == 2  # a live tool is never recorded, and neither is what it asks the model
+
+
+class CompactingModel(WrapperModel):
+    """A model that supports compaction requests (as OpenAI's Responses model does), counting them."""
+
+    async def compact_messages(
+        self, request_context: ModelRequestContext, *, instructions: str | None = None
+    ) -> ModelResponse:
+        calls["compaction requests"] += 1
+        return ModelResponse(parts=[CompactionPart(f"{len(request_context.messages)} messages so far")])
+
+
+class CompactsThroughTheModel(AbstractCapability[Any]):
+    """Compacts the history once before a request, the way ``OpenAICompaction`` does: a compaction request to the
+    model in ``before_model_request``, before pydantic-ai applies the capabilities' model wrappers."""
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        messages = request_context.messages
+        if len(messages) < 3 or any(isinstance(part, CompactionPart) for part in messages[0].parts):
+            return request_context
+        compacted = await request_context.model.compact_messages(
+            ModelRequestContext(
+                model=request_context.model,
+                messages=messages[:-1],
+                model_settings=request_context.model_settings,
+                model_request_parameters=request_context.model_request_parameters,
+            )
+        )
+        request_context.messages = [compacted, messages[-1]]
+        ctx.messages[:] = request_context.messages
+        return request_context
+
+
+def test_a_compaction_request_runs_live_and_is_named_once_per_attempt(harness):
+    state = {"fail": True}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls["model"] += 1
+        answered = sum(1 for message in messages if isinstance(message, ModelResponse))
+        if answered == 0:
+            return ModelResponse(parts=[ToolCallPart("lookup", {})])
+        if answered == 1:  # the compaction response, then the lookup's result
+            return ModelResponse(parts=[ToolCallPart("notify", {})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str] = Agent(CompactingModel(FunctionModel(model)), capabilities=[CompactsThroughTheModel()])
+
+    @agent.tool_plain
+    def lookup() -> str:
+        return "sunny"
+
+    @agent.tool_plain
+    def notify() -> str:
+        if state["fail"]:
+            state["fail"] = False
+            raise ConnectionError("down")
+        return "sent"
+
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "go")
+    assert calls["compaction requests"] == 1 and calls["model"] == 2
+    result, _, _log = harness.run(agent, "go")
+    assert result.output == "done"
+    # The compaction request ran again (not recorded); the request after it replayed (same compacted conversation).
+    assert calls["compaction requests"] == 2
+    assert calls["model"] == 3
+    for logs in harness.logs:
+        named = [line for line in logs.at("warning") if "compacted" in line]
+        assert len(named) == 1
+        assert "not recorded and runs again on a retry" in named[0]
