@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.capabilities import AbstractCapability, durable_operation
+from pydantic_ai.capabilities.file_understanding import FileUnderstanding
 from pydantic_ai.direct import model_request
 from pydantic_ai.messages import (
     CompactionPart,
@@ -27,6 +28,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
 from pydantic_ai.models.wrapper import WrapperModel
 from tests.helpers.durable import DurableHarness
 
@@ -371,3 +373,14 @@ def test_a_compaction_request_runs_live_and_is_named_once_per_attempt(harness):
         named = [line for line in logs.at("warning") if "compacted" in line]
         assert len(named) == 1
         assert "not recorded and runs again on a retry" in named[0]
+
+
+def test_pydantic_ais_own_capability_with_a_durable_operation_is_named(harness):
+    agent = summarizing_agent(topics=["a"], fail={})
+    harness.run(agent, "go", capabilities=[FileUnderstanding(fallback_subagent_model=TestModel())])
+    named = [line for line in harness.logs[-1].at("warning") if "@durable_operation" in line]
+    assert named == [
+        "Durable: capability FileUnderstanding (id 'file_understanding') has @durable_operation method(s) 'describe'; "
+        "pydantic-ai hands those only to its own durable engines, so they are not recorded: the model requests they "
+        "make run live, and again on a retry"
+    ]

@@ -31,8 +31,9 @@ def name_live_operations(run: DurableRun, ctx: RunContext[Any]) -> None:
         operations = _compat.durable_operation_names(capability)
         if not operations:
             continue
-        name = getattr(capability, "id", None) or type(capability).__name__
-        if not run.family.warn_once(f"durable operations of {type(capability).__qualname__} {name}"):
+        identity = getattr(capability, "id", None)
+        name = type(capability).__name__ + (f" (id {identity!r})" if identity else "")
+        if not run.family.warn_once(f"durable operations of {type(capability).__qualname__} {identity}"):
             continue
         run.log.warning(
             "Durable: capability %s%s has @durable_operation method(s) %s; pydantic-ai hands those only to its "
