@@ -384,3 +384,42 @@ def test_pydantic_ais_own_capability_with_a_durable_operation_is_named(harness):
         "pydantic-ai hands those only to its own durable engines, so they are not recorded: the model requests they "
         "make run live, and again on a retry"
     ]
+
+
+def test_a_delegate_given_ctx_model_records_its_tools_ctx_model_requests_under_its_own_calls(harness):
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompt = _last_prompt(messages)
+        if prompt.startswith("direct"):
+            calls[prompt] += 1
+            return ModelResponse(parts=[TextPart(f"{prompt} answer")])
+        returned = any(isinstance(part, ToolReturnPart) for part in messages[-1].parts)
+        if info.function_tools[0].name == "inner":
+            return ModelResponse(parts=[TextPart("delegated")] if returned else [ToolCallPart("inner", {})])
+        return ModelResponse(parts=[TextPart("done")] if returned else [ToolCallPart("outer", {})])
+
+    delegate: Agent[None, str] = Agent(name="delegate", capabilities=[DurableCapability()])
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="writer")
+
+    @delegate.tool
+    async def inner(ctx: RunContext[None]) -> str:
+        await ctx.model.request([ModelRequest.user_text_prompt("direct inner")], None, ModelRequestParameters())
+        return "inner done"
+
+    @agent.tool
+    async def outer(ctx: RunContext[None]) -> str:
+        await ctx.model.request([ModelRequest.user_text_prompt("direct outer")], None, ModelRequestParameters())
+        return (await delegate.run("go", model=ctx.model)).output
+
+    harness.run(agent, "go")
+    steps = CacheReader(harness.store()).steps()
+    # The inner tool's request belongs to the delegate's run (scoped under its call), not to the outer tool's.
+    assert [(step.kind, step.agent) for step in steps] == [
+        ("model", None),
+        ("model", "writer"),
+        ("model", "delegate"),
+        ("model", "delegate"),
+        ("tool", "delegate"),
+        ("model", "delegate"),
+        ("tool", None),
+        ("model", None),
+    ]

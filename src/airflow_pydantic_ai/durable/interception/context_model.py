@@ -55,7 +55,6 @@ class RunContextModel(CachingModel):
 
 def with_recorded_model(ctx: RunContext[Any], run: DurableRun) -> RunContext[Any]:
     """``ctx`` for a tool call of ``run``, with a ``model`` whose requests are recorded under the call's step."""
-    if isinstance(ctx.model, CachingModel):
-        return ctx
-    agent = getattr(ctx.agent, "name", None)
-    return replace(ctx, model=RunContextModel(ctx.model, run, agent))
+    # A run given ``model=ctx.model`` (a delegate) hands its own tools that wrapper: they record under their own call.
+    model = ctx.model.wrapped if isinstance(ctx.model, CachingModel) else ctx.model
+    return replace(ctx, model=RunContextModel(model, run, getattr(ctx.agent, "name", None)))
