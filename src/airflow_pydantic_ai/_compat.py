@@ -10,7 +10,7 @@ Airflow is imported inside the functions, never at module import, so DAG parsing
 The releases this covers are the ones ``constraints/`` pins and ``make matrix`` tests.
 
 The pydantic-ai internals the package reads (and never changes) live here too, each in one function:
-``output_validators`` and ``failed_output_validator`` (pydantic-ai 2.62 to 2.68).
+``output_validators``, ``failed_output_validator`` and ``durable_operation_names`` (pydantic-ai 2.62 to 2.68).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __all__ = [
     "agent_has_output_validators",
     "airflow_version_at_least",
     "cli_command_prefix",
+    "durable_operation_names",
     "ensure_metadata_db",
     "failed_output_validator",
     "get_fernet",
@@ -224,6 +225,37 @@ def failed_output_validator(error: BaseException, validators: Sequence[Any]) -> 
         if validator is frame_locals.get("self"):
             return index, frame_locals.get("result")
     return None
+
+
+def durable_operation_names(capability: Any) -> tuple[str, ...]:
+    """The names of a capability's ``@durable_operation`` methods (pydantic-ai's ``durable_exec``), sorted.
+
+    The decorator marks each method with an object pydantic-ai reads through
+    ``durable_exec._capability_operation.get_durable_operation_marker`` (checked on 2.62 and 2.68; the
+    public ``durable_exec`` face has no reader for it). Overrides of base hooks pydantic-ai marks durable
+    count too, as in its own collection. Empty when pydantic-ai has no such marker.
+    """
+    try:
+        from pydantic_ai.durable_exec._capability_operation import get_durable_operation_marker
+    except ImportError:  # pragma: no cover - a pydantic-ai without capability operations
+        return ()
+    names: set[str] = set()
+    cls = type(capability)
+    for base in cls.__mro__[1:]:
+        for attribute, member in vars(base).items():
+            marker = get_durable_operation_marker(member)
+            if (
+                marker is not None
+                and getattr(marker, "base_hook", False)
+                and getattr(cls, attribute, None) is not member
+            ):
+                names.add(marker.name)
+    for klass in cls.__mro__:
+        for member in vars(klass).values():
+            marker = get_durable_operation_marker(member)
+            if marker is not None and not (getattr(marker, "base_hook", False) and member is marker.function):
+                names.add(marker.name)
+    return tuple(sorted(names))
 
 
 def reschedule_count(context: Any) -> int:

@@ -25,6 +25,8 @@ from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
 from airflow_pydantic_ai import _compat
+from airflow_pydantic_ai.durable.interception.context_model import RunContextModel
+from airflow_pydantic_ai.durable.interception.live_operations import name_live_operations
 from airflow_pydantic_ai.durable.interception.model import CachingModel
 from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
 from airflow_pydantic_ai.durable.steps.nesting import current_place
@@ -68,6 +70,7 @@ class DurableCapability(AbstractCapability[Any]):
             # The task the run lives in: cancelled as a whole (a timeout), it bounds the wait for tool threads.
             self.run.run_task = asyncio.current_task()
             self.run.stats.telemetry.run_started()  # issue 22: the task's identity on the agent run's span
+            name_live_operations(self.run, ctx)  # capability operations run live: say so once per attempt
         return await handler()
 
     async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> Any:
@@ -77,6 +80,9 @@ class DurableCapability(AbstractCapability[Any]):
         raise error
 
     def get_wrapper_model(self, model: Model) -> Model | None:
+        if isinstance(model, RunContextModel):
+            # An agent run given ``model=ctx.model`` in a tool: its requests are its own run's steps.
+            return None if self.run is None else CachingModel(model.wrapped, self.run)
         if self.run is None or isinstance(model, CachingModel):
             return None
         return CachingModel(model, self.run)

@@ -32,13 +32,17 @@ class CachingModel(WrapperModel):
         super().__init__(wrapped)
         self.run = run
 
+    def recording_run(self) -> DurableRun:
+        """The run each request is a step of (``ctx.model`` in a tool binds its own on the first request)."""
+        return self.run
+
     async def request(
         self,
         messages: list[ModelMessage],
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        step = self.run.model_step(self.wrapped, messages, model_settings, model_request_parameters)
+        step = self.recording_run().model_step(self.wrapped, messages, model_settings, model_request_parameters)
         return await step.replay_or_run(
             lambda: self.wrapped.request(messages, model_settings, model_request_parameters)
         )
@@ -51,7 +55,7 @@ class CachingModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        step = self.run.model_step(self.wrapped, messages, model_settings, model_request_parameters)
+        step = self.recording_run().model_step(self.wrapped, messages, model_settings, model_request_parameters)
         # A stream is a context, not one awaitable: the two halves of ModelStep.replay_or_run, around it.
         replayed = step.take_replay()
         if replayed is not None:

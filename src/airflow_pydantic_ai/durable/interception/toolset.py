@@ -15,6 +15,7 @@ from pydantic_ai import RunContext
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
+from airflow_pydantic_ai.durable.interception.context_model import RunContextModel, with_recorded_model
 from airflow_pydantic_ai.durable.steps.tool_step import CANCELLED_RUN_GRACE
 
 if TYPE_CHECKING:
@@ -66,14 +67,23 @@ class CachingToolset(WrapperToolset[Any]):
         if step.is_replay:
             return step.replay()
         requests_before, recorded_before = ctx.usage.requests, self.run.stats.model_requests
+        # The tool's own ``ctx.model`` requests are steps under this call (context_model.py).
+        tool_ctx = with_recorded_model(ctx, self.run)
         try:
             return await step.replay_or_run(
-                lambda: self.wrapped.call_tool(name, tool_args, ctx, tool), in_thread=_runs_in_a_thread(tool)
+                lambda: self.wrapped.call_tool(name, tool_args, tool_ctx, tool), in_thread=_runs_in_a_thread(tool)
             )
         finally:
-            unrecorded = (ctx.usage.requests - requests_before) - (self.run.stats.model_requests - recorded_before)
+            # The tool's own ctx.model requests are model steps that the run's usage does not count.
+            recorded = self.run.stats.model_requests - recorded_before - _direct_requests(tool_ctx)
+            unrecorded = (ctx.usage.requests - requests_before) - recorded
             if unrecorded > 0:
                 self.run.unrecorded_requests(step.label, unrecorded)
+
+
+def _direct_requests(ctx: RunContext[Any]) -> int:
+    """How many requests the tool made through ``ctx.model`` (they are recorded, and not in the run's usage)."""
+    return ctx.model.requests if isinstance(ctx.model, RunContextModel) else 0
 
 
 def _runs_in_a_thread(tool: ToolsetTool[Any]) -> bool:
