@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 from tests.helpers.operator_runs import CALLS, current_try, files_under, make_dag, summaries
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
 
 
 def test_a_plain_task_with_two_agents_replays_both_on_retry(capfd, cache_base):

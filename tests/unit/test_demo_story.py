@@ -33,8 +33,8 @@ def test_story_has_each_try_in_order_with_its_failure_reason_and_state() -> None
         "fetch_ticket(42) called on try 1",
         "Durable: step 2: tool fetch_ticket (call fetch-42) ran live in 0.00 s",
         "notify_team(42) called on try 1",
-        "Durable: step 3: tool notify_team (call notify-42) failed after 0.02 s (ConnectionError); it is not cached and "
-        "runs again on a retry",
+        "Durable: step 3: tool notify_team (call notify-42) failed after 0.02 s (ConnectionError); it is not cached "
+        "and runs again on a retry",
         "Durable: replayed 0 cached steps (0 model, 0 tool), executed 3 new steps (1 model, 2 tool)",
     ]
     assert second.failure is None
