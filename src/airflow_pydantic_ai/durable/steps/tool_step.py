@@ -68,6 +68,8 @@ class ToolStep:
     """The run ended before this live call did: whatever it returns later is not recorded."""
     live: bool = False
     """The tool opted out of replay (its metadata): it runs on every try and is never recorded."""
+    numbered: str | None = field(default=None, repr=False)
+    """How the log named the call once it ran live (its number is taken once, not per line)."""
 
     @property
     def entry_name(self) -> str:
@@ -95,6 +97,8 @@ class ToolStep:
         listed if it were recorded now. A call that is never recorded (a live tool, no key) has no number."""
         if self.key is None:
             return self.label
+        if entry is None and self.numbered is not None:
+            return self.numbered
         if entry is None and self.replayed is not None:
             entry = self.run.entries.get(self.entry_name)
         if entry is None:
@@ -228,7 +232,8 @@ class ToolStep:
         if self.live:
             self.run.log.info("Durable: %s ran live in %.2f s (a live tool: never recorded)", self.label, elapsed)
             return self.run.answer_number
-        self.run.log.info("Durable: %s ran live in %.2f s", self.shown(), elapsed)
+        self.numbered = self.shown()
+        self.run.log.info("Durable: %s ran live in %.2f s", self.numbered, elapsed)
         if self.key is None:
             self.run.not_stored()
         return self.run.answer_number
@@ -335,7 +340,7 @@ class ToolStep:
     def _write(self, step_number: int, payload: dict[str, Any]) -> None:
         assert self.key is not None
         entry = self._entry(step_number, payload)
-        self.run.record(entry, self.shown(entry))
+        self.run.record(entry, self.numbered or self.shown(entry))
 
 
 def _is_cancelled(run_task: asyncio.Task[Any] | None) -> bool:
