@@ -10,7 +10,7 @@ Airflow is imported inside the functions, never at module import, so DAG parsing
 The releases this covers are the ones ``constraints/`` pins and ``make matrix`` tests.
 
 The pydantic-ai internals the package reads (and never changes) live here too, each in one function:
-``output_validators`` and ``failed_output_validator`` (pydantic-ai 2.62 to 2.68).
+``output_validators``, ``failed_output_validator`` and ``current_run_context`` (pydantic-ai 2.62 to 2.68).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __all__ = [
     "agent_has_output_validators",
     "airflow_version_at_least",
     "cli_command_prefix",
+    "current_run_context",
     "ensure_metadata_db",
     "failed_output_validator",
     "get_fernet",
@@ -224,6 +225,20 @@ def failed_output_validator(error: BaseException, validators: Sequence[Any]) -> 
         if validator is frame_locals.get("self"):
             return index, frame_locals.get("result")
     return None
+
+
+def current_run_context() -> Any:
+    """The ``RunContext`` of the agent run whose work is running in this context (None outside any run).
+
+    pydantic-ai sets it around each run's model requests, and the usage it counts for them, with the getter
+    in a private module (``pydantic_ai._run_context.get_current_run_context``, checked on pydantic-ai 2.62
+    and 2.68; ``usage.incr`` runs inside it on both). None when a pydantic-ai no longer has it.
+    """
+    try:
+        from pydantic_ai._run_context import get_current_run_context
+    except ImportError:
+        return None
+    return get_current_run_context()
 
 
 def reschedule_count(context: Any) -> int:

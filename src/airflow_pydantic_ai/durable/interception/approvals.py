@@ -38,6 +38,7 @@ from typing_inspection.introspection import is_union_origin
 
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable.errors import ApprovalsUnsupported
+from airflow_pydantic_ai.durable.interception.unrecorded import AttemptUsage
 from airflow_pydantic_ai.durable.steps.decision import DecisionStep
 from airflow_pydantic_ai.durable.steps.run import DurableRun
 
@@ -112,15 +113,18 @@ def run_until_decision_needed(
     if not allowed and _compat.agent_has_output_validators(agent):
         # pydantic-ai refuses a run output type beside output validators: run the agent as it is; a call that
         # then needs approval fails with the advice in _without_deferred_output.
-        return _without_deferred_output(agent, prompt, run_kwargs)
+        return _without_deferred_output(
+            agent, prompt, {**run_kwargs, "usage": run_kwargs.get("usage") or AttemptUsage()}
+        )
     # The agent's own output types, untouched, when they already allow deferred calls.
     override: Any = None if allowed else with_deferred_output(output_type)
     history: list[ModelMessage] | None = None
     results: DeferredToolResults | None = None
-    usage: RunUsage | None = None
+    # Sees which agent run each model response is counted for: a delegate without the capability is named.
+    usage: RunUsage = run_kwargs.pop("usage", None) or AttemptUsage()
     while True:
         if history is None:
-            result = agent.run_sync(prompt, **_output(override), **run_kwargs)
+            result = agent.run_sync(prompt, usage=usage, **_output(override), **run_kwargs)
         else:
             # The usage goes on from the stop, so that usage limits count the whole run (as the durable
             # run's replay counters do), not each continuation from zero.
