@@ -257,6 +257,26 @@ def test_an_unnamed_delegate_without_the_capability_is_named_by_its_model(harnes
     )
 
 
+def test_a_delegate_of_a_durable_delegate_without_the_capability_is_named(harness):
+    deep = plain_agent("deep")
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not _returns(messages):
+            return ModelResponse(parts=[ToolCallPart("ask_deep", {"topic": _prompt(messages)})])
+        return ModelResponse(parts=[TextPart(str(_returns(messages)[0].content))])
+
+    middle: Agent[None, str] = Agent(FunctionModel(model), name="middle", capabilities=[DurableCapability()])
+
+    @middle.tool
+    async def ask_deep(ctx: RunContext[None], topic: str) -> str:
+        return (await deep.run(topic, usage=ctx.usage)).output
+
+    harness.run(caller_of([middle], fail_last=False), "go")
+    warnings = _unrecorded(harness.logs[-1])
+    assert len(warnings) == 1
+    assert warnings[0].startswith("Durable: agent 'deep' ran inside this durable attempt without DurableCapability")
+
+
 def test_a_durable_delegate_draws_no_warning(harness):
     caller = caller_of([helper_agent()], fail_last=False)
     harness.run(caller, "go")
