@@ -46,6 +46,7 @@ __all__ = [
     "ApprovalsUnsupported",
     "WaitingForDecisions",
     "allows_deferred_calls",
+    "output_types",
     "run_until_decision_needed",
     "with_deferred_output",
 ]
