@@ -10,7 +10,8 @@ Airflow is imported inside the functions, never at module import, so DAG parsing
 The releases this covers are the ones ``constraints/`` pins and ``make matrix`` tests.
 
 The pydantic-ai internals the package reads (and never changes) live here too, each in one function:
-``output_validators``, ``failed_output_validator`` and ``durable_operation_names`` (pydantic-ai 2.62 to 2.68).
+``output_validators``, ``failed_output_validator``, ``durable_operation_names`` and ``current_run_context``
+(pydantic-ai 2.62 to 2.68).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "agent_has_output_validators",
     "airflow_version_at_least",
     "cli_command_prefix",
+    "current_run_context",
     "durable_operation_names",
     "ensure_metadata_db",
     "failed_output_validator",
@@ -256,6 +258,20 @@ def durable_operation_names(capability: Any) -> tuple[str, ...]:
             if marker is not None and not (getattr(marker, "base_hook", False) and member is marker.function):
                 names.add(marker.name)
     return tuple(sorted(names))
+
+
+def current_run_context() -> Any:
+    """The ``RunContext`` of the agent run whose work is running in this context (None outside any run).
+
+    pydantic-ai sets it around each run's model requests, and the usage it counts for them, with the getter
+    in a private module (``pydantic_ai._run_context.get_current_run_context``, checked on pydantic-ai 2.62
+    and 2.68; ``usage.incr`` runs inside it on both). None when a pydantic-ai no longer has it.
+    """
+    try:
+        from pydantic_ai._run_context import get_current_run_context
+    except ImportError:
+        return None
+    return get_current_run_context()
 
 
 def reschedule_count(context: Any) -> int:

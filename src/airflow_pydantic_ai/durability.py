@@ -121,15 +121,17 @@ def resolve_cache_path(override: str | None = None) -> ObjectStoragePath:
     conn_id = _compat.storage_conn_id(path)
     if conn_id:
         _check_connection(option, url, conn_id)
+    from airflow.sdk.io.fs import has_fs
+
+    if not has_fs(path.protocol or "file"):
+        # fsspec knows the scheme, but no installed Airflow provider offers a filesystem for it.
+        raise DurableConfigError(
+            f"{option} {url!r} has an unknown scheme {scheme!r} (no installed Airflow provider registers a "
+            f"filesystem for it); {_HINT}"
+        )
     try:
         path.fs  # noqa: B018 - resolving the filesystem surfaces a missing provider or bad credentials now
     except Exception as error:
-        if isinstance(error, ValueError) and "No filesystem registered" in str(error):
-            # fsspec knows the scheme, but no installed Airflow provider offers a filesystem for it.
-            raise DurableConfigError(
-                f"{option} {url!r} has an unknown scheme {scheme!r} (no installed Airflow provider registers a "
-                f"filesystem for it); {_HINT}"
-            ) from error
         raise DurableConfigError(f"{option} {url!r}: cannot open its filesystem: {error}") from error
     if scheme in ("file", "local"):
         folder = path.path

@@ -249,3 +249,69 @@ def test_the_request_text_stays_true_after_the_answer_and_the_run() -> None:
         assert first_line.endswith(
             f"asked to run {count} tool call{'s' * (count > 1)}, which {verb} not run before a person decides."
         )
+
+
+def test_deferred_output_is_recognised_by_type_in_every_spelling() -> None:
+    from typing import Annotated, Union
+
+    from pydantic_ai.output import ToolOutput
+    from pydantic_ai.tools import DeferredToolRequests
+
+    from airflow_pydantic_ai.durable.interception.approvals import allows_deferred_calls, with_deferred_output
+
+    class MyRequests(DeferredToolRequests):
+        """A subclass is an ordinary output type to pydantic-ai (the model fills it in), not a stop."""
+
+    allowing = [
+        DeferredToolRequests,
+        [str, DeferredToolRequests],
+        (str, DeferredToolRequests),
+        str | DeferredToolRequests,
+        Union[str, DeferredToolRequests],  # noqa: UP007 - the older spelling on purpose
+        Annotated[str | DeferredToolRequests, "note"],
+        [[str], [DeferredToolRequests]],
+    ]
+    for output_type in allowing:
+        assert allows_deferred_calls(output_type), output_type
+    for output_type in (str, [str, MyRequests], str | MyRequests, ToolOutput(DeferredToolRequests)):
+        assert not allows_deferred_calls(output_type), output_type
+    assert with_deferred_output(str | int) == [str, int, DeferredToolRequests]
+    assert with_deferred_output([str, DeferredToolRequests]) == [str, DeferredToolRequests]
+
+
+def test_an_agent_with_validators_and_a_union_output_type_stops_for_approval(tmp_path: Path) -> None:
+    # `str | DeferredToolRequests` allows the stop as much as `[str, DeferredToolRequests]` does: the run
+    # waits for the decision instead of handing back the stop as the task's output.
+    from pydantic_ai.tools import DeferredToolRequests
+
+    sent: list[str] = []
+    agent = mail_agent("bob", sent, [], output_type=str | DeferredToolRequests)
+    agent.output_validator(lambda output: output)
+    durable = open_run(tmp_path)
+    waiting = run_until_decision_needed(
+        agent, "mail", durable, output_type=agent.output_type, capabilities=[DurableCapability(durable)]
+    )
+    assert isinstance(waiting, WaitingForDecisions), waiting
+    assert [step.tool_name for step in waiting.pending] == ["send_email"] and sent == []
+
+
+def test_a_delegates_own_deferred_call_error_is_not_taken_for_the_agents(tmp_path: Path) -> None:
+    # pydantic-ai's error names DeferredToolRequests whichever run raised it; only a call of *this* run that
+    # needs approval gets the advice about this agent's output types.
+    from pydantic_ai.exceptions import UserError
+
+    delegate = mail_agent("carol", [], [])  # needs approval, cannot stop for it (str output)
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("ask_delegate", {}, tool_call_id="d1")])
+
+    agent = Agent(FunctionModel(model))
+    agent.output_validator(lambda output: output)
+
+    @agent.tool_plain
+    async def ask_delegate() -> str:
+        return (await delegate.run("mail")).output
+
+    with pytest.raises(UserError, match="DeferredToolRequests") as raised:
+        run(agent, open_run(tmp_path))
+    assert type(raised.value) is UserError

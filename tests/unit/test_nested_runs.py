@@ -8,6 +8,7 @@ operator makes them (``run_agent`` through :class:`DurableHarness`).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from typing import Any
 
@@ -178,23 +179,119 @@ def test_the_same_delegate_twice_and_parallel_delegations_each_replay_their_own(
     assert result.output == filed[0]  # each delegation got its own recorded answers back
 
 
-def test_a_delegate_without_the_capability_is_named_once(harness):
-    plain = helper_agent()
-    plain = Agent(plain.model, name="plain")  # no DurableCapability
+def plain_agent(name: str | None) -> Agent[None, str]:
+    """A delegate without DurableCapability: one model request, answered with its prompt."""
 
-    @plain.tool_plain
-    def side_effect(what: str) -> str:
-        return what
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls["plain model"] += 1
+        return ModelResponse(parts=[TextPart(f"plain: {_prompt(messages)}")])
 
-    @plain.tool_plain
-    def check(what: str) -> str:
-        return "ok"
+    return Agent(FunctionModel(model), name=name)
 
-    outer = outer_agent(plain, topics=[["a"], ["b"]])
-    harness.run(outer, "go")
-    warnings = [line for line in harness.logs[-1].at("warning") if "DurableCapability" in line]
+
+def caller_of(delegates: list[Agent[None, str]], *, fail_last: bool) -> Agent[None, str]:
+    """Asks for two parallel ``delegate`` calls, then a third; the third fails once after its delegate ran
+    when ``fail_last``."""
+    failures = {"c": 1 if fail_last else 0}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        answered = sum(1 for message in messages if isinstance(message, ModelResponse))
+        if answered == 0:
+            return ModelResponse(parts=[ToolCallPart("delegate", {"topic": t}, tool_call_id=t) for t in ("a", "b")])
+        if answered == 1:
+            return ModelResponse(parts=[ToolCallPart("delegate", {"topic": "c"}, tool_call_id="c")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="caller")
+
+    @agent.tool
+    async def delegate(ctx: RunContext[None], topic: str) -> str:
+        calls["delegate"] += 1
+        # Held in a list, so that pydantic-ai cannot infer a name from the variable holding the agent.
+        result = await delegates[0].run(topic, usage=ctx.usage)
+        if failures.get(topic):
+            failures[topic] -= 1
+            raise ConnectionError("the status service is down after the delegate ran")
+        return result.output
+
+    return agent
+
+
+def _unrecorded(log: Any) -> list[str]:
+    return [line for line in log.at("warning") if "without DurableCapability" in line or "not recorded" in line]
+
+
+def test_a_delegate_without_the_capability_is_named_once_per_attempt(harness):
+    caller = caller_of([plain_agent("plain")], fail_last=True)
+    with pytest.raises(ConnectionError):
+        harness.run(caller, "go")
+    assert calls["plain model"] == 3  # three delegations (two in parallel); one WARNING for the attempt
+    result, _run, _log = harness.run(caller, "go")
+    assert result.output == "done"
+    # Try 2: the two recorded calls replay (their delegates do not run); the call that failed runs again, and
+    # its delegate with it (nothing of it was recorded).
+    assert calls["plain model"] == 4
+    for attempt in harness.logs:
+        warnings = _unrecorded(attempt)
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith(
+            "Durable: agent 'plain' ran inside this durable attempt without DurableCapability: its model "
+            "requests and tool calls are not recorded, so they run again on a retry. Make it durable: "
+            "Agent(..., capabilities=[DurableCapability()]) (from airflow_pydantic_ai.durable import "
+            "DurableCapability)"
+        )
+
+
+def test_an_unnamed_delegate_without_the_capability_is_named_by_its_model(harness):
+    harness.run(caller_of([plain_agent(None)], fail_last=False), "go")
+    warnings = _unrecorded(harness.logs[-1])
     assert len(warnings) == 1
-    assert "delegate" in warnings[0]
+    assert warnings[0].startswith(
+        "Durable: an unnamed agent (model 'function:model:') ran inside this durable attempt without DurableCapability"
+    )
+
+
+def test_a_delegate_of_a_durable_delegate_without_the_capability_is_named(harness):
+    deep = plain_agent("deep")
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not _returns(messages):
+            return ModelResponse(parts=[ToolCallPart("ask_deep", {"topic": _prompt(messages)})])
+        return ModelResponse(parts=[TextPart(str(_returns(messages)[0].content))])
+
+    middle: Agent[None, str] = Agent(FunctionModel(model), name="middle", capabilities=[DurableCapability()])
+
+    @middle.tool
+    async def ask_deep(ctx: RunContext[None], topic: str) -> str:
+        return (await deep.run(topic, usage=ctx.usage)).output
+
+    harness.run(caller_of([middle], fail_last=False), "go")
+    warnings = _unrecorded(harness.logs[-1])
+    assert len(warnings) == 1
+    assert warnings[0].startswith("Durable: agent 'deep' ran inside this durable attempt without DurableCapability")
+
+
+def test_a_durable_delegate_draws_no_warning(harness):
+    caller = caller_of([helper_agent()], fail_last=False)
+    harness.run(caller, "go")
+    assert _unrecorded(harness.logs[-1]) == []
+
+
+def test_in_a_block_of_its_own_a_delegate_without_the_capability_is_named_by_the_tool_it_ran_in(harness):
+    # The top-level run counts into a usage pydantic-ai made, not the attempt's: the delegate's requests are
+    # seen in the tool's count, and the warning names the tool (docs/durability.rst says so).
+    from airflow_pydantic_ai.durable import attempt_scope
+
+    caller = caller_of([plain_agent("plain")], fail_last=False)
+    run, log = harness.open()
+    with run.ending(), attempt_scope(run):
+        assert caller.run_sync("go", capabilities=[DurableCapability()]).output == "done"
+    warnings = _unrecorded(log)
+    assert len(warnings) == 1
+    # (the parallel calls share the usage, so either call may count both delegates' requests)
+    assert re.match(
+        r"Durable: tool delegate \(call [ab]\) made [12] model request\(s\) that are not recorded", warnings[0]
+    )
 
 
 def test_the_capability_is_inert_outside_a_durable_attempt():

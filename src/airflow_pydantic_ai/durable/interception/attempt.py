@@ -1,7 +1,8 @@
 """The one way a durable attempt runs an agent: the operator, the tests and the benchmark all call it.
 
 :func:`run_agent` wires the attempt into the run (the attempt made current for every
-:class:`DurableCapability`, one passed to this run, usage limits that do not count replayed steps),
+:class:`DurableCapability`, one passed to this run, usage limits that do not count replayed steps, a usage
+that names a delegate sharing it without the capability: ``unrecorded.py``),
 continues past approval stops whose decisions are recorded, and, when pydantic-ai gives up on the model's answers
 (``UnexpectedModelBehavior``), forgets what the run failed on so that a retry asks again instead of
 replaying it. Around it, :meth:`DurableRun.ending` tidies up a failed try and logs the summary line.

@@ -8,6 +8,7 @@ imports the run (and the run imports every step).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from decimal import Decimal
 from typing import Any, Protocol
@@ -109,6 +110,10 @@ class StepOwner(Protocol):
 
     def bind(self, place: Any, run_id: str | None, agent: str | None) -> StepOwner | None:
         """The run an agent run starting at ``place`` records into (see ``nesting.py``); None: already bound."""
+        ...
+
+    def unrecorded_run(self, run_id: str, agent: Callable[[], str]) -> None:
+        """A model response was counted for agent run ``run_id``: name its agent once when nothing records it."""
         ...
 
     def running(self, key: str | None) -> AbstractContextManager[None]:

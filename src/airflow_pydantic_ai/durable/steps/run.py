@@ -263,8 +263,22 @@ class DurableRun:
             return None
         return f"agent {self.scope.agent!r}" if self.scope.agent else "a nested agent"
 
+    def unrecorded_run(self, run_id: str, agent: Callable[[], str]) -> None:
+        """A model response was counted for agent run ``run_id`` inside this attempt: when no run of the attempt
+        records it (its agent has no DurableCapability), one WARNING per attempt names the ``agent()``."""
+        if run_id in self.family.bound or not self.family.warn_once("unrecorded requests"):
+            return
+        self.log.warning(
+            "Durable: %s ran inside this durable attempt without DurableCapability: its model requests and tool "
+            "calls are not recorded, so they run again on a retry. Make it durable: Agent(..., "
+            "capabilities=[DurableCapability()]) (from airflow_pydantic_ai.durable import DurableCapability), "
+            "or pass capabilities=[DurableCapability()] to its run",
+            agent(),
+        )
+
     def unrecorded_requests(self, label: str, count: int) -> None:
-        """``count`` model requests ran inside ``label``'s call without passing through a durable run: one WARNING."""
+        """``count`` model requests ran inside ``label``'s call without passing through a durable run: one WARNING
+        (none when :meth:`unrecorded_run` named the agent already)."""
         if not self.family.warn_once("unrecorded requests"):
             return
         self.log.warning(

@@ -13,6 +13,7 @@ fails the attempt under ``warn``; every step that ran and is not stored is count
 from __future__ import annotations
 
 import errno
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -89,8 +90,11 @@ def is_configuration_error(error: BaseException) -> bool:
         return True
     if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG:
         return True
-    # botocore's ParamValidationError (a malformed bucket name...), without importing botocore.
-    return any(cls.__name__ == "ParamValidationError" for cls in type(error).__mro__)
+    # botocore's ParamValidationError (a malformed bucket name...), by type but without importing botocore:
+    # only a botocore that is imported already can have raised it.
+    botocore_errors = sys.modules.get("botocore.exceptions")
+    param_error = getattr(botocore_errors, "ParamValidationError", None)
+    return isinstance(param_error, type) and isinstance(error, param_error)
 
 
 @dataclass
