@@ -30,7 +30,6 @@ from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.models.wrapper import WrapperModel
-from tests.helpers.durable import DurableHarness
 
 from airflow_pydantic_ai.durable import CacheReader, DurableCapability, live_tool
 
@@ -40,11 +39,6 @@ calls: Counter[str] = Counter()
 @pytest.fixture(autouse=True)
 def _fresh_counts():
     calls.clear()
-
-
-@pytest.fixture
-def harness(tmp_path) -> DurableHarness:
-    return DurableHarness(base=str(tmp_path / "cache"))
 
 
 def _last_prompt(messages: list[ModelMessage]) -> str:

@@ -35,11 +35,6 @@ def _fresh_counts():
     calls.clear()
 
 
-@pytest.fixture
-def harness(tmp_path) -> DurableHarness:
-    return DurableHarness(base=str(tmp_path / "cache"))
-
-
 def logged_steps(log: RecordingLog) -> dict[int, tuple[str, str, str]]:
     """``{number: (kind, name, what happened)}`` from the log's per-step lines."""
     steps: dict[int, tuple[str, str, str]] = {}
