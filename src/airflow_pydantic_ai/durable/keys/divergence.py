@@ -8,7 +8,7 @@ live anyway (the key chain covers its lineage), so only the first miss is explai
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,9 +51,12 @@ class Divergence:
         other.changed_components = self.changed_components  # issue 22: the report names them too
         return other
 
-    def explain_miss(self, number: int, components: dict[str, Any], shown: str = "") -> str | None:
+    def explain_miss(
+        self, number: int, components: dict[str, Any], shown: Callable[[], str] | None = None
+    ) -> str | None:
         """The WARNING for model step ``number`` of its run, which missed the cache, if it is the first to leave
-        the recorded path (``shown``: how the log names the step, ``step 5: model test``)."""
+        the recorded path (``shown``: how the log names the step, ``step 5: model test``; asked for the warning
+        only, so that a step that just has no entry yet costs nothing)."""
         if self.diverged:
             return None
         recorded = self.recorded_at_step.get(number)
@@ -63,8 +66,9 @@ class Divergence:
         changes = changed_components(recorded.components, components) or [
             "an earlier step (same request, different history of replays)"
         ]
+        named = shown() if shown is not None else f"model request {number}"
         warning = (
-            f"Durable: {shown or f'model request {number}'} differs from what attempt {recorded.attempt} recorded; "
+            f"Durable: {named} differs from what attempt {recorded.attempt} recorded; "
             f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
         )
         self.changes.append(warning)
