@@ -42,11 +42,6 @@ def api(tmp_path_factory: pytest.TempPathFactory, airflow_db: None) -> HitlApi:
     return HitlApi.start(tmp_path_factory.mktemp("api"))
 
 
-def _returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
-    last = messages[-1]
-    return [part for part in last.parts if isinstance(part, ToolReturnPart)] if isinstance(last, ModelRequest) else []
-
-
 def emailer_model(
     rounds: int = 1, per_round: int = 1, fail_final_on_try: int | None = None, secret: str = ""
 ) -> FunctionModel:

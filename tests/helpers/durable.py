@@ -17,6 +17,7 @@ from typing import Any
 
 import fsspec
 from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.test import TestModel
 
 from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity, run_agent
@@ -29,6 +30,7 @@ __all__ = [
     "local_store",
     "stored_entries",
     "task_identity",
+    "tool_returns",
     "unpack",
 ]
 
@@ -188,3 +190,10 @@ def counting_agent(calls: dict[str, int], fail_on: set[str] | None = None, **age
         return "sent"
 
     return agent
+
+
+def tool_returns(messages: Sequence[ModelMessage]) -> list[ToolReturnPart]:
+    """The tool results the last message hands the model (none when it is not a request): what a scripted
+    ``FunctionModel`` answers to."""
+    last = messages[-1]
+    return [part for part in last.parts if isinstance(part, ToolReturnPart)] if isinstance(last, ModelRequest) else []

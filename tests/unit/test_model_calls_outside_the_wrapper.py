@@ -46,6 +46,18 @@ def _last_prompt(messages: list[ModelMessage]) -> str:
     return str(last.parts[-1].content) if isinstance(last, ModelRequest) else ""  # type: ignore[union-attr]
 
 
+def notify_failing_once(agent: Agent[None, str]) -> None:
+    """Give ``agent`` a ``notify`` tool that fails on its first call (try 1) and returns ``"sent"`` after."""
+    state = {"fail": True}
+
+    @agent.tool_plain
+    def notify() -> str:
+        if state["fail"]:
+            state["fail"] = False
+            raise ConnectionError("down")
+        return "sent"
+
+
 def summarizing_agent(*, topics: list[str], fail: dict[str, bool]) -> Agent[None, str]:
     """Asks for one ``summarize`` call per topic (in parallel); the tool asks the run's model directly, twice.
 
@@ -165,7 +177,6 @@ class Summarizer(AbstractCapability[Any]):
 
 
 def test_a_capability_durable_operation_runs_live_and_is_named_once_per_attempt(harness):
-    state = {"fail": True}
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         calls["model"] += 1
@@ -179,12 +190,7 @@ def test_a_capability_durable_operation_runs_live_and_is_named_once_per_attempt(
     def lookup() -> str:
         return "sunny"
 
-    @agent.tool_plain
-    def notify() -> str:
-        if state["fail"]:
-            state["fail"] = False
-            raise ConnectionError("down")
-        return "sent"
+    notify_failing_once(agent)
 
     with pytest.raises(ConnectionError):
         harness.run(agent, "go")
@@ -266,7 +272,6 @@ def test_a_delegate_without_the_capability_is_still_named_next_to_ctx_model_requ
 
 
 def test_ctx_model_requests_in_a_live_tool_run_live_on_every_try(harness):
-    state = {"fail": True}
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if _last_prompt(messages) == "status?":
@@ -283,12 +288,7 @@ def test_ctx_model_requests_in_a_live_tool_run_live_on_every_try(harness):
         response = await ctx.model.request([ModelRequest.user_text_prompt("status?")], None, ModelRequestParameters())
         return str(response.text)
 
-    @agent.tool_plain
-    def notify() -> str:
-        if state["fail"]:
-            state["fail"] = False
-            raise ConnectionError("down")
-        return "sent"
+    notify_failing_once(agent)
 
     with pytest.raises(ConnectionError):
         harness.run(agent, "go")
@@ -331,7 +331,6 @@ class CompactsThroughTheModel(AbstractCapability[Any]):
 
 
 def test_a_compaction_request_runs_live_and_is_named_once_per_attempt(harness):
-    state = {"fail": True}
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         calls["model"] += 1
@@ -348,12 +347,7 @@ def test_a_compaction_request_runs_live_and_is_named_once_per_attempt(harness):
     def lookup() -> str:
         return "sunny"
 
-    @agent.tool_plain
-    def notify() -> str:
-        if state["fail"]:
-            state["fail"] = False
-            raise ConnectionError("down")
-        return "sent"
+    notify_failing_once(agent)
 
     with pytest.raises(ConnectionError):
         harness.run(agent, "go")

@@ -26,6 +26,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.durable import tool_returns
 
 from airflow_pydantic_ai.durable import CacheReader, DurableCapability, live_tool
 
@@ -35,11 +36,6 @@ calls: Counter[str] = Counter()
 @pytest.fixture(autouse=True)
 def _fresh_counts():
     calls.clear()
-
-
-def _returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
-    last = messages[-1]
-    return [part for part in last.parts if isinstance(part, ToolReturnPart)] if isinstance(last, ModelRequest) else []
 
 
 def _prompt(messages: list[ModelMessage]) -> str:
@@ -53,7 +49,7 @@ def helper_agent(*, flaky: dict[str, int] | None = None) -> Agent[None, str]:
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         calls["helper model"] += 1
-        returns = _returns(messages)
+        returns = tool_returns(messages)
         topic = _prompt(messages)
         if not returns:
             return ModelResponse(parts=[ToolCallPart("side_effect", {"what": topic})])
@@ -100,7 +96,7 @@ def outer_agent(helper: Agent[None, str], *, topics: list[list[str]]) -> Agent[N
                     for i, topic in enumerate(topics[answered])
                 ]
             )
-        return ModelResponse(parts=[TextPart(" | ".join(str(part.content) for part in _returns(messages)))])
+        return ModelResponse(parts=[TextPart(" | ".join(str(part.content) for part in tool_returns(messages)))])
 
     agent: Agent[None, str] = Agent(FunctionModel(model), name="outer")
 
@@ -149,9 +145,9 @@ def test_the_same_delegate_twice_and_parallel_delegations_each_replay_their_own(
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         calls["outer model"] += 1
-        if not _returns(messages):
+        if not tool_returns(messages):
             return ModelResponse(parts=[ToolCallPart("work", {"topic": "printer"})])
-        return ModelResponse(parts=[TextPart(" | ".join(str(part.content) for part in _returns(messages)))])
+        return ModelResponse(parts=[TextPart(" | ".join(str(part.content) for part in tool_returns(messages)))])
 
     outer: Agent[None, str] = Agent(FunctionModel(model), name="outer")
 
@@ -255,9 +251,9 @@ def test_a_delegate_of_a_durable_delegate_without_the_capability_is_named(harnes
     deep = plain_agent("deep")
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if not _returns(messages):
+        if not tool_returns(messages):
             return ModelResponse(parts=[ToolCallPart("ask_deep", {"topic": _prompt(messages)})])
-        return ModelResponse(parts=[TextPart(str(_returns(messages)[0].content))])
+        return ModelResponse(parts=[TextPart(str(tool_returns(messages)[0].content))])
 
     middle: Agent[None, str] = Agent(FunctionModel(model), name="middle", capabilities=[DurableCapability()])
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from tests.helpers.durable import DurableHarness, RecordingLog
+from tests.helpers.durable import DurableHarness, RecordingLog, tool_returns
 
 from airflow_pydantic_ai.durable import CacheReader, DurableCapability, live_tool
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
@@ -63,11 +63,6 @@ def assert_one_numbering(log: RecordingLog, harness: DurableHarness) -> dict[int
     return logged
 
 
-def _returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
-    last = messages[-1]
-    return [part for part in last.parts if isinstance(part, ToolReturnPart)] if isinstance(last, ModelRequest) else []
-
-
 def ticket_agent(*, flaky: dict[str, int]) -> Agent[None, str]:
     """Answer 1 asks for ``lookup`` and ``clock`` (a live tool) in parallel, answer 2 for ``file_ticket`` (fails
     while ``flaky`` says so), answer 3 is the text."""
@@ -82,7 +77,7 @@ def ticket_agent(*, flaky: dict[str, int]) -> Agent[None, str]:
             )
         if answered == 1:
             return ModelResponse(parts=[ToolCallPart("file_ticket", {"title": prompt}, tool_call_id="c")])
-        return ModelResponse(parts=[TextPart(f"done: {_returns(messages)[0].content}")])
+        return ModelResponse(parts=[TextPart(f"done: {tool_returns(messages)[0].content}")])
 
     agent: Agent[None, str] = Agent(FunctionModel(model), name="tickets")
 
@@ -153,9 +148,9 @@ def test_a_delegates_steps_are_numbered_as_the_view_lists_them(harness):
 
     def helper_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         calls["helper model"] += 1
-        if not _returns(messages):
+        if not tool_returns(messages):
             return ModelResponse(parts=[ToolCallPart("check", {}, tool_call_id="h")])
-        return ModelResponse(parts=[TextPart(f"helped: {_returns(messages)[0].content}")])
+        return ModelResponse(parts=[TextPart(f"helped: {tool_returns(messages)[0].content}")])
 
     helper: Agent[None, str] = Agent(FunctionModel(helper_model), name="helper", capabilities=[DurableCapability()])
 
