@@ -119,10 +119,10 @@ class StepNumbers:
 
     def __init__(self, entries: Iterable[StepEntry] = ()) -> None:
         self._rows: dict[str, ListingRow[None]] = {}
-        self._keys: list[OrderKey] = []
-        self._scoped = 0
-        for entry in entries:
-            self.add(entry)
+        for entry in entries:  # the loaded cache: keyed once and sorted once, not inserted one by one
+            self._rows[entry.name] = ListingRow(listing_order(entry), entry, None)
+        self._keys: list[OrderKey] = sorted(row.order for row in self._rows.values() if row.entry.scope_id is None)
+        self._scoped = len(self._rows) - len(self._keys)
 
     def __len__(self) -> int:
         return len(self._rows)
