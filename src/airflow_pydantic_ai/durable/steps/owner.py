@@ -1,7 +1,7 @@
 """What a step may ask of the attempt that owns it: the one protocol every step module is typed against.
 
-The attempt (``DurableRun``) is the one owner of the state steps change (counts, the writer, the replay
-ledger, the last answer, the key chain); steps reach it only through this protocol, so no step module
+The attempt (``DurableRun``) is the one owner of the state steps change (the one count, the writer, the
+last answer, the key chain); steps reach it only through this protocol, so no step module
 imports the run (and the run imports every step).
 """
 
@@ -18,7 +18,7 @@ from pydantic_ai.usage import RequestUsage
 from airflow_pydantic_ai.durable.keys.chain import ModelKey
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget
 from airflow_pydantic_ai.durable.steps.stats import TaskLogger
-from airflow_pydantic_ai.durable.steps.tally import StepKind
+from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps.writer import TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
@@ -28,7 +28,7 @@ __all__ = ["StepOwner"]
 class StepOwner(Protocol):
     """The attempt as its steps see it: what they read, and the verbs they report through.
 
-    Steps never change the attempt's rooms themselves (the counts, the writer, the replay ledger, the last
+    Steps never change the attempt's rooms themselves (the counts, the writer, the last
     answer, the key chain): each verb below is the one way to say what happened, and the attempt decides
     which rooms that touches.
     """
@@ -65,18 +65,18 @@ class StepOwner(Protocol):
 
     def step_replayed(
         self,
-        kind: StepKind,
+        kind: StepRole,
         entry_name: str,
         *,
         usage: RequestUsage | None = None,
         cost: Decimal | None = None,
-        counted_by_pydantic_ai: bool = False,
+        counted_by_pydantic_ai: bool = True,
     ) -> None:
         """A step was answered from its entry (``usage``/``cost``: what a model step spent when it was recorded;
         ``counted_by_pydantic_ai``: pydantic-ai counts it in its usage although it did not happen)."""
         ...
 
-    def step_ran(self, kind: StepKind, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
+    def step_ran(self, kind: StepRole, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
         """A step ran live (recorded or not)."""
         ...
 

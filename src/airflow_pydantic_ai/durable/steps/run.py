@@ -5,8 +5,8 @@ A :class:`DurableRun` is opened at the start of a task attempt with the task ins
 step (:meth:`DurableRun.model_step`, :meth:`DurableRun.tool_step`, :meth:`DurableRun.output_step`);
 the step replays its entry or runs live and records itself. The state each concern owns lives in a
 room of its own: the key chain (``keys.py``), the writer and the storage-errors policy
-(``writer.py``), the counts and the summary line (``stats.py``), the replay ledger for usage limits
-(``usage.py``), the answer a failing run may fail on (``last_answer.py``) and where the attempt left
+(``writer.py``), the one count and the summary line (``stats.py``, ``accounting.py``, read by the usage limits in
+``usage.py``), the answer a failing run may fail on (``last_answer.py``) and where the attempt left
 the recorded path (``divergence.py``).
 
 Data flows one way: ``open`` loads the entries once; steps read them and write new ones through the
@@ -46,11 +46,12 @@ from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
-from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
-from airflow_pydantic_ai.durable.steps.tally import StepKind
+from airflow_pydantic_ai.durable.accounting import SummaryCounts
+from airflow_pydantic_ai.durable.kinds import StepRole
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
-from airflow_pydantic_ai.durable.steps.usage import ReplayLedger, replay_aware
+from airflow_pydantic_ai.durable.steps.usage import replay_aware
 from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
 from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
@@ -70,7 +71,6 @@ class DurableRun:
     entries: dict[str, StepEntry] = field(default_factory=dict, repr=False)
     keys: KeyChain = field(default_factory=KeyChain, repr=False)
     stats: AttemptStats = field(default_factory=AttemptStats)
-    ledger: ReplayLedger = field(default_factory=ReplayLedger, repr=False)
     last_answer: LastAnswer = field(default_factory=LastAnswer, repr=False)
     divergence: Divergence = field(default_factory=Divergence, repr=False)
     run_task: asyncio.Task[Any] | None = field(default=None, repr=False)
@@ -175,11 +175,11 @@ class DurableRun:
         return self.writer.outlook
 
     @property
-    def replayed(self) -> StepCounts:
+    def replayed(self) -> SummaryCounts:
         return self.stats.replayed
 
     @property
-    def executed(self) -> StepCounts:
+    def executed(self) -> SummaryCounts:
         return self.stats.executed
 
     @property
@@ -302,32 +302,35 @@ class DurableRun:
 
     # --- the verbs steps report through (``owner.py``): the one place that decides which rooms they touch ---
 
+    @property
+    def run_key(self) -> Any:
+        """Which agent run of the attempt this is, for the counts kept by run (None: the first run)."""
+        return None if self.scope is None else self.scope.id
+
     def step_replayed(
         self,
-        kind: StepKind,
+        kind: StepRole,
         entry_name: str,
         *,
         usage: RequestUsage | None = None,
         cost: Decimal | None = None,
-        counted_by_pydantic_ai: bool = False,
+        counted_by_pydantic_ai: bool = True,
     ) -> None:
-        """A step was answered from its entry: counted as replayed, and kept out of what usage limits count."""
-        if kind == "model":
-            self.stats.model_replayed(entry_name, usage)
-            self.ledger.replayed_requests += 1
-        elif kind != "decision":
-            self.stats.tool_replayed(entry_name)
-            if counted_by_pydantic_ai:
-                self.ledger.replayed_tool_returns += 1
-        self.stats.step_done(kind, replayed=True, usage=usage, cost=cost)  # issue 22: report, telemetry
+        """A step was answered from its entry: counted once as replayed (which keeps it out of what usage limits
+        count, when pydantic-ai counts it)."""
+        self.stats.step_done(
+            kind,
+            replayed=True,
+            run=self.run_key,
+            entry_name=entry_name,
+            usage=usage,
+            cost=cost,
+            counted_by_pydantic_ai=counted_by_pydantic_ai,
+        )
 
-    def step_ran(self, kind: StepKind, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
-        """A step ran live: counted as executed (an output function call counts as a tool step)."""
-        if kind == "model":
-            self.stats.executed.model += 1
-        elif kind != "decision":
-            self.stats.executed.tool += 1
-        self.stats.step_done(kind, replayed=False, usage=usage, cost=cost)  # issue 22: report, telemetry
+    def step_ran(self, kind: StepRole, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
+        """A step ran live: counted once as executed (the kind table says which summary column it counts in)."""
+        self.stats.step_done(kind, replayed=False, run=self.run_key, usage=usage, cost=cost)
 
     def record(self, entry: StepEntry, what: str) -> bool:
         """Record ``entry`` through the writer (False: not stored; the log says why)."""
@@ -366,7 +369,7 @@ class DurableRun:
         """Fingerprint a model request and look it up."""
         # Only the answer to *this* request, and the retries it draws, can make the run fail (see forget_what_failed).
         self.last_answer = LastAnswer(number=self.keys.model_steps + 1)
-        self.ledger.pending_tool_replays = 0
+        self.stats.accounting.expect_replays(self.run_key, 0)
         place = self.keys.next_model_key(model, messages, settings, parameters)
         # durable_mode: keep the texts for a diff; in replay mode, fail here, before any live call.
         self.policy.note_request(place, messages)
@@ -399,7 +402,9 @@ class DurableRun:
                 self.log.warning("%s", warning)
         elif step.load(entry):
             cached = self.keys.predicted_tool_keys(messages, step.replayed)  # type: ignore[arg-type]
-            self.ledger.pending_tool_replays = sum(entry_name("tool", key) in self.entries for key in cached)
+            self.stats.accounting.expect_replays(
+                self.run_key, sum(entry_name("tool", key) in self.entries for key in cached)
+            )
         return step
 
     def tool_step(
@@ -506,7 +511,7 @@ class DurableRun:
 
     def usage_limits(self, limits: UsageLimits | None) -> UsageLimits | None:
         """``limits`` adjusted so that replayed steps do not count against them."""
-        return replay_aware(limits, self.ledger)
+        return replay_aware(limits, self.stats.accounting, self.run_key)
 
     # --- the ends of an attempt --------------------------------------------------------------------
 
@@ -585,7 +590,7 @@ class DurableRun:
         return DurableReport(
             try_number=self.attempt,
             outcome=self.outcome,
-            tally=self.stats.tally,
+            accounting=self.stats.accounting,
             not_persisted=self.writer.not_persisted,
             changed=tuple(self.divergence.changed_components),
             cache_location=self.store.location,
