@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.helpers.durable import RecordingLog
-
 from pydantic_ai.usage import RequestUsage
+from tests.helpers.durable import RecordingLog
 
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats
 from airflow_pydantic_ai.durable.wording import plural

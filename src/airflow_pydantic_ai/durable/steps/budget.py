@@ -24,8 +24,8 @@ from typing import Any
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.usage import UsageLimits
 
-from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 from airflow_pydantic_ai.durable.accounting import Spend
+from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["RetryBudget", "RetryBudgetExceeded", "Spent"]

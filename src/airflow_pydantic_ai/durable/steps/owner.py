@@ -16,9 +16,9 @@ from typing import Any, Protocol
 from pydantic_ai.usage import RequestUsage
 
 from airflow_pydantic_ai.durable.keys.chain import ModelKey
+from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget
 from airflow_pydantic_ai.durable.steps.stats import TaskLogger
-from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps.writer import TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 

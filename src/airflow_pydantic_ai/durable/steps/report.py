@@ -1,7 +1,7 @@
 """The durable report of one attempt: what it replayed and ran live, the tokens and money the replay saved.
 
-Every attempt ends with one report, built from its one count (:class:`~airflow_pydantic_ai.durable.accounting.Accounting`,
-nested agent runs included), logged at INFO right after the summary line and pushed by the operator as
+Every attempt ends with one report, built from its one count
+(:class:`~airflow_pydantic_ai.durable.accounting.Accounting`, nested agent runs included), logged at INFO right after the summary line and pushed by the operator as
 the XCom ``durable_report`` (also on a failed try). Its JSON shape is documented in ``docs/retry_savings.rst``
 and versioned by :data:`REPORT_SCHEMA_VERSION`: a key is only ever added within a version; a key removed
 or changed in meaning bumps it.

@@ -27,10 +27,12 @@ from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, To
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage, UsageLimits
 
+from airflow_pydantic_ai.durable.accounting import SummaryCounts
 from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain, ModelKey
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
+from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget, Spent
 from airflow_pydantic_ai.durable.steps.cleanup import (
     delete_after_success,
@@ -46,8 +48,6 @@ from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
-from airflow_pydantic_ai.durable.accounting import SummaryCounts
-from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
