@@ -2,11 +2,11 @@
 
 Every number the product shows about an attempt is read from one :class:`Accounting`: the summary line
 (:meth:`Accounting.summary`, its wording fixed by :data:`SUMMARY_TEMPLATE`), the durable report and the
-metrics built from it, the usage limits that do not count replayed steps (``steps/usage.py``),
-and the budget across tries (what the live side spent). pydantic-ai counts usage per agent run, so what it
-counted of the replayed steps is kept by agent run too (:meth:`Accounting.replayed_for`). The read side
-totals recorded steps with the same :class:`Spend` (``storage/step_costs.py``). What differs by kind (which column of the summary, what
-pydantic-ai counts) is read from the kind table (``kinds.py``).
+metrics built from it, the usage limits that do not count replayed steps (``steps/usage.py``), and the
+budget across tries (what the live side spent). pydantic-ai counts usage per agent run, so what it counted
+of the replayed steps is kept by agent run too (:meth:`Accounting.replayed_for`). The read side totals
+recorded steps with the same :class:`Spend` (``storage/step_costs.py``). What differs by kind (which
+column of the summary, what pydantic-ai counts) is read from the kind table (``kinds.py``).
 
 Guarantees: counting never raises and never does I/O; a step is counted once, on one side. No pydantic-ai
 import: a response's usage is anything with ``input_tokens`` and ``output_tokens``.

@@ -1,10 +1,11 @@
 """The durable report of one attempt: what it replayed and ran live, the tokens and money the replay saved.
 
 Every attempt ends with one report, built from its one count
-(:class:`~airflow_pydantic_ai.durable.accounting.Accounting`, nested agent runs included), logged at INFO right after the summary line and pushed by the operator as
-the XCom ``durable_report`` (also on a failed try). Its JSON shape is documented in ``docs/retry_savings.rst``
-and versioned by :data:`REPORT_SCHEMA_VERSION`: a key is only ever added within a version; a key removed
-or changed in meaning bumps it.
+(:class:`~airflow_pydantic_ai.durable.accounting.Accounting`, nested agent runs included), logged at INFO
+right after the summary line and pushed by the operator as the XCom ``durable_report`` (also on a failed
+try). Its JSON shape is documented in ``docs/retry_savings.rst`` and versioned by
+:data:`REPORT_SCHEMA_VERSION`: a key is only ever added within a version; a key removed or changed in
+meaning bumps it.
 
 Guarantees: the report holds counts, token figures, costs, the names of changed request components and
 the cache's location, never a prompt, a payload or a model output.
@@ -73,5 +74,5 @@ class DurableReport:
 
 
 def _steps(spend: Spend) -> dict[str, int]:
-    counts: dict[str, int] = dict(spend.by_kind())
+    counts: dict[str, int] = {str(kind): count for kind, count in spend.by_kind().items()}
     return {**counts, "total": sum(counts.values())}
