@@ -27,13 +27,14 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
     from airflow_pydantic_ai.durable.interception.toolset import TOOL_CONFIG_KEY, live_tool
     from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
-    from airflow_pydantic_ai.durable.steps.mode import DurableMode, ReplayMiss, check_mode, replay_also
+    from airflow_pydantic_ai.durable.steps.mode import DurableMode, ReplayMiss, ReplayPolicy, check_mode
     from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
+    from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording
     from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY, DurableReport
     from airflow_pydantic_ai.durable.steps.run import DurableRun
     from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary
     from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
-    from airflow_pydantic_ai.durable.steps.writer import secret_check
+    from airflow_pydantic_ai.durable.steps.writer import TryOutlook, secret_check
     from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, TryEnding, latest_attempt, record_ending
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
     from airflow_pydantic_ai.durable.storage.fixtures import FixtureError, read_fixture, write_fixture
@@ -57,6 +58,7 @@ __all__ = [
     "TOOL_CONFIG_KEY",
     "ApprovalTimedOut",
     "ApprovalsUnsupported",
+    "AttemptOptions",
     "AttemptRecord",
     "CacheReader",
     "CacheSummary",
@@ -70,8 +72,10 @@ __all__ = [
     "DurableRun",
     "DurableStorageError",
     "FixtureError",
+    "Recording",
     "Region",
     "ReplayMiss",
+    "ReplayPolicy",
     "StepCost",
     "StepDetail",
     "StepInfo",
@@ -79,6 +83,7 @@ __all__ = [
     "TaskIdentity",
     "TaskLogger",
     "TryEnding",
+    "TryOutlook",
     "WaitingForDecisions",
     "attempt_scope",
     "check_mode",
@@ -95,7 +100,6 @@ __all__ = [
     "plural",
     "read_fixture",
     "record_ending",
-    "replay_also",
     "replay_total",
     "run_agent",
     "secret_check",
@@ -111,6 +115,7 @@ _HOMES = {
     "TOOL_CONFIG_KEY": "interception.toolset",
     "ApprovalTimedOut": "errors",
     "ApprovalsUnsupported": "errors",
+    "AttemptOptions": "steps.opening",
     "AttemptRecord": "storage.attempts",
     "CacheReader": "storage.reader",
     "CacheSummary": "storage.catalog",
@@ -125,7 +130,9 @@ _HOMES = {
     "DurableStorageError": "errors",
     "FixtureError": "storage.fixtures",
     "Region": "storage.identity",
+    "Recording": "steps.opening",
     "ReplayMiss": "steps.mode",
+    "ReplayPolicy": "steps.mode",
     "StepCost": "storage.step_costs",
     "StepDetail": "storage.reader",
     "StepInfo": "storage.reader",
@@ -133,6 +140,7 @@ _HOMES = {
     "TaskIdentity": "storage.identity",
     "TaskLogger": "steps.stats",
     "TryEnding": "storage.attempts",
+    "TryOutlook": "steps.writer",
     "WaitingForDecisions": "interception.approvals",
     "attempt_scope": "steps.nesting",
     "check_mode": "steps.mode",
@@ -149,7 +157,6 @@ _HOMES = {
     "plural": "wording",
     "read_fixture": "storage.fixtures",
     "record_ending": "storage.attempts",
-    "replay_also": "steps.mode",
     "replay_total": "storage.step_costs",
     "run_agent": "interception.attempt",
     "secret_check": "steps.writer",

@@ -106,6 +106,10 @@ class StepOwner(Protocol):
 
     def entry_unusable(self, entry: StepEntry, error: object, consequence: str) -> None: ...
 
+    def replayed_from(self, entry_name: str) -> str:
+        """Where a replayed entry came from, for its log line (``from the cache (recorded by try 1)``)."""
+        ...
+
     def record_decision(self, entry: StepEntry, what: str) -> None: ...
 
     def bind(self, place: Any, run_id: str | None, agent: str | None) -> StepOwner | None:

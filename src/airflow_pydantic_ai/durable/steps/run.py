@@ -17,7 +17,7 @@ attempt, also one that failed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -32,7 +32,7 @@ from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain, ModelKey
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
-from airflow_pydantic_ai.durable.kinds import StepRole
+from airflow_pydantic_ai.durable.kinds import KINDS, StepRole
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget, Spent
 from airflow_pydantic_ai.durable.steps.cleanup import (
     delete_after_success,
@@ -46,13 +46,14 @@ from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
+from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording, replayed_from
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.steps.usage import replay_aware
-from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
+from airflow_pydantic_ai.durable.steps.writer import StepWriter, TryOutlook
 from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
@@ -89,75 +90,81 @@ class DurableRun:
     policy: ReplayPolicy = field(default_factory=ReplayPolicy, repr=False)
     """What a step with no recorded entry does (``durable_mode``, see ``mode.py``)."""
 
+    recording: Recording | None = field(default=None, repr=False)
+    """Steps recorded elsewhere that this attempt replays too (a fixture's), for the log's "replayed from"."""
+
     @classmethod
     def open(
-        cls,
-        store: StepStore,
-        *,
-        attempt: int,
-        log: TaskLogger,
-        contains_secret: Callable[[Any], bool] = no_secrets,
-        storage_errors: StorageErrors = "warn",
-        probe: bool = False,
-        takes_recorded_output: bool = True,
-        belongs: Callable[[Collection[int]], bool] | None = None,
-        retry_coming: bool = True,
-        delete_hint: str = "",
-        fingerprinter: Fingerprinter | None = None,
-        span_attributes: Mapping[str, str | int] | None = None,
-        budget: UsageLimits | None = None,
+        cls, store: StepStore, *, attempt: int, log: TaskLogger, options: AttemptOptions | None = None
     ) -> DurableRun:
-        """Load the task instance's cache and start an attempt.
+        """Load the task instance's cache and start an attempt, as ``options`` say (``opening.py``).
 
-        ``probe``: first write and delete a probe object. A store that is unreachable (and
-        ``storage_errors = "warn"``) is then not read, and writes are skipped until it may be back; one
-        that refuses because it is misconfigured raises ``DurableConfigError``.
-
-        ``belongs`` decides from the try numbers that wrote the loaded entries, before anything else uses
-        them, whether they were written by this run at all (and not by an earlier run that had the same
-        ids and was deleted): when it says no, they are not replayed, and the cache is deleted with a
-        WARNING saying what it held.
-
-        ``delete_hint``: how a person deletes this cache (a command), for the log line of the last try.
-
-        ``span_attributes``: stamped on the spans pydantic-ai's instrumentation opens for this attempt's steps
-        (the Airflow side gives the task instance's identity).
-
-        ``budget``: usage limits counted across the tries of the task instance (what each try spent live is
-        kept beside the steps); see ``budget.py``.
+        With ``options.probe``, a store that is unreachable (and ``storage_errors = "warn"``) is not read, and
+        writes are skipped until it may be back; one that refuses because it is misconfigured raises
+        ``DurableConfigError``. ``options.belongs`` decides from the try numbers that wrote the loaded entries,
+        before anything else uses them, whether they were written by this run at all (and not by an earlier
+        run that had the same ids and was deleted): when it says no, they are not replayed, and the cache is
+        deleted with a WARNING saying what it held. ``options.recording``'s steps replay too, whatever the load
+        found (the cache's own entries win).
         """
-        outlook = TryOutlook(retry_coming, takes_recorded_output, delete_hint)
-        writer = StepWriter(store, log, contains_secret, storage_errors, outlook)
-        run = cls(writer=writer, attempt=attempt, keys=KeyChain(fingerprinter or Fingerprinter()))
-        run.stats.telemetry = StepTelemetry(dict(span_attributes or {}))  # issue 22
-        if budget is not None:  # issue 22: read before the first step, whatever the load below finds
-            run.budget = RetryBudget.load(store, attempt=attempt, limits=budget, log=log)
+        options = options or AttemptOptions()
+        writer = StepWriter(store, log, options.contains_secret, options.storage_errors, options.outlook)
+        run = cls(
+            writer=writer,
+            attempt=attempt,
+            keys=KeyChain(options.fingerprinter or Fingerprinter()),
+            policy=options.policy or ReplayPolicy(),
+        )
+        run.stats.telemetry = StepTelemetry(dict(options.span_attributes))  # issue 22
+        if options.budget is not None:  # issue 22: read before the first step, whatever the load below finds
+            run.budget = RetryBudget.load(store, attempt=attempt, limits=options.budget, log=log)
             run.stats.on_live_step = run.budget.spent_live
+        run._load(options.probe, options.belongs)
+        if options.recording is not None:
+            run._replay_also(options.recording)
+        return run
+
+    def _load(self, probe: bool, belongs: Callable[[Collection[int]], bool] | None) -> None:
+        writer, store, log = self.writer, self.store, self.log
         if probe and not writer.check_at_start():
-            return run
+            return
         try:
             loaded = store.load()
         except Exception as error:
             writer.load_failed(error)
-            return run
+            return
         if loaded.entries and belongs is not None and not belongs({entry.attempt for entry in loaded.entries.values()}):
-            discard_earlier_run(store, loaded.entries, attempt, log)
-            if run.budget is not None:  # what an earlier DAG run spent is not this one's
-                run.budget.earlier = run.budget.resumed = Spent()
-            return run
-        run.entries = loaded.entries
+            discard_earlier_run(store, loaded.entries, self.attempt, log)
+            if self.budget is not None:  # what an earlier DAG run spent is not this one's
+                self.budget.earlier = self.budget.resumed = Spent()
+            return
+        self.entries = loaded.entries
         writer.numbers = StepNumbers(loaded.entries.values())
         if any(entry.recorded_at is None for entry in loaded.entries.values()):
             # Release 0.1.0 wrote this cache: key the attempt as it did, so that its steps replay.
-            run.keys.use_release_0_1_0_keys()
-        run.divergence = Divergence.of(loaded.entries)
-        run.stats.bytes_read, run.stats.entries_skipped = loaded.bytes_read, len(loaded.skipped)
+            self.keys.use_release_0_1_0_keys()
+        self.divergence = Divergence.of(loaded.entries)
+        self.stats.bytes_read, self.stats.entries_skipped = loaded.bytes_read, len(loaded.skipped)
         log.info(
             "Durable: found %s recorded by earlier attempts (%d bytes read)",
-            plural(sum(entry.kind != "result" for entry in loaded.entries.values()), "step"),
+            plural(sum(KINDS[entry.step_role].is_step for entry in loaded.entries.values()), "step"),
             loaded.bytes_read,
         )
-        return run
+
+    def _replay_also(self, recording: Recording) -> None:
+        """Replay ``recording``'s steps too, as if the cache held them; the cache's own entries win."""
+        self.entries = {**recording.entries, **self.entries}
+        self.divergence = Divergence.of(self.entries)
+        self.recording = recording
+
+    def replayed_from(self, entry_name: str) -> str:
+        """Where the replayed entry ``entry_name`` came from, for its log line (``opening.replayed_from``)."""
+        return replayed_from(self.entries.get(entry_name), self.recording)
+
+    def names_agent(self, agent: str | None) -> None:
+        """The agent this attempt runs has a name: a replay miss names it."""
+        if agent:
+            self.policy.agent = f"agent {agent!r}"
 
     # --- what the other rooms hold, under the names callers know ----------------------------------
 
@@ -250,6 +257,7 @@ class DurableRun:
             scope=scope,
             family=self.family,
             policy=self.policy,  # durable_mode: one policy for every agent run of the attempt
+            recording=self.recording,
             budget=self.budget,  # issue 22: a budget across tries covers nested runs too
         )
 
