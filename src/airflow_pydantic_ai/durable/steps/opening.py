@@ -15,16 +15,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.usage import UsageLimits
 
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter
+from airflow_pydantic_ai.durable.keys.divergence import Divergence
+from airflow_pydantic_ai.durable.kinds import KINDS
+from airflow_pydantic_ai.durable.steps.budget import Spent
+from airflow_pydantic_ai.durable.steps.cleanup import discard_earlier_run
 from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.writer import StorageErrors, TryOutlook, no_secrets
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
+from airflow_pydantic_ai.durable.wording import plural
 
-__all__ = ["AttemptOptions", "Recording", "replayed_from"]
+if TYPE_CHECKING:  # the run imports this module; typing only
+    from airflow_pydantic_ai.durable.steps.run import DurableRun
+
+__all__ = ["AttemptOptions", "Recording", "load_cache", "replayed_from"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +76,33 @@ def replayed_from(entry: StepEntry | None, recording: Recording | None) -> str:
     if entry is None:
         return "from the cache"
     return f"from the cache (recorded by try {entry.attempt})"
+
+
+def load_cache(run: DurableRun, probe: bool, belongs: Callable[[Collection[int]], bool] | None) -> None:
+    """Read the cache into ``run`` (see :meth:`DurableRun.open`): its entries, their numbering, the divergence
+    they allow; an earlier DAG run's cache is discarded instead."""
+    writer, store, log = run.writer, run.store, run.log
+    if probe and not writer.check_at_start():
+        return
+    try:
+        loaded = store.load()
+    except Exception as error:
+        writer.load_failed(error)
+        return
+    if loaded.entries and belongs is not None and not belongs({entry.attempt for entry in loaded.entries.values()}):
+        discard_earlier_run(store, loaded.entries, run.attempt, log)
+        if run.budget is not None:  # what an earlier DAG run spent is not this one's
+            run.budget.earlier = run.budget.resumed = Spent()
+        return
+    run.entries = loaded.entries
+    writer.numbers = StepNumbers(loaded.entries.values())
+    if any(entry.recorded_at is None for entry in loaded.entries.values()):
+        # Release 0.1.0 wrote this cache: key the attempt as it did, so that its steps replay.
+        run.keys.use_release_0_1_0_keys()
+    run.divergence = Divergence.of(loaded.entries)
+    run.stats.bytes_read, run.stats.entries_skipped = loaded.bytes_read, len(loaded.skipped)
+    log.info(
+        "Durable: found %s recorded by earlier attempts (%d bytes read)",
+        plural(sum(KINDS[entry.step_role].is_step for entry in loaded.entries.values()), "step"),
+        loaded.bytes_read,
+    )
