@@ -10,21 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.report import DurableReport
 from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
 
-if TYPE_CHECKING:  # the run imports this module; typing only
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.steps.owner import AttemptOwner
 
 __all__ = ["ending", "forget_what_failed", "log_summary", "report_of"]
 
+Owner = TypeVar("Owner", bound="AttemptOwner")
+
 
 @contextmanager
-def ending(run: DurableRun, *, waits: Callable[[BaseException], bool]) -> Iterator[DurableRun]:
+def ending(run: Owner, *, waits: Callable[[BaseException], bool]) -> Iterator[Owner]:
     """Around everything an attempt does after it was opened: a try that ends without success packs what it
     saw; a failure tidies up (not a ``waits`` one: a try that stops to wait for a person has not failed), and
     the summary is logged whatever happens."""
@@ -41,7 +43,7 @@ def ending(run: DurableRun, *, waits: Callable[[BaseException], bool]) -> Iterat
         log_summary(run)
 
 
-def forget_what_failed(run: DurableRun) -> None:
+def forget_what_failed(run: AttemptOwner) -> None:
     """The run ended in ``UnexpectedModelBehavior`` (retries exhausted): remove what made it fail.
 
     That is the last model answer of this attempt together with every retry outcome its calls drew
@@ -72,7 +74,7 @@ def forget_what_failed(run: DurableRun) -> None:
     run.last_answer = LastAnswer(number=run.last_answer.number)  # forgotten once, however many hooks see it
 
 
-def report_of(run: DurableRun) -> DurableReport:
+def report_of(run: AttemptOwner) -> DurableReport:
     """The attempt's durable report (as it stands: final once :func:`ending` is over)."""
     return DurableReport(
         try_number=run.attempt,
@@ -85,7 +87,7 @@ def report_of(run: DurableRun) -> DurableReport:
     )
 
 
-def log_summary(run: DurableRun) -> None:
+def log_summary(run: AttemptOwner) -> None:
     """The summary line at INFO, then what the replay saved and what was not persisted; the report to its
     readers; the per-try note the view shows."""
     report = report_of(run)  # issue 22: the report line right after the summary, then to its readers

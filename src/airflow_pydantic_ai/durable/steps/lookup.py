@@ -22,14 +22,14 @@ from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.storage.entry import entry_name
 
-if TYPE_CHECKING:  # the run imports this module; typing only
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.steps.owner import AttemptOwner
 
 __all__ = ["decision_step", "model_step", "output_step", "tool_step"]
 
 
 def model_step(
-    run: DurableRun, model: Model, messages: Sequence[ModelMessage], settings: Any, parameters: Any
+    run: AttemptOwner, model: Model, messages: Sequence[ModelMessage], settings: Any, parameters: Any
 ) -> ModelStep:
     """Fingerprint a model request and look it up."""
     # Only the answer to *this* request, and the retries it draws, can make the run fail (see forget_what_failed).
@@ -72,7 +72,7 @@ def model_step(
 
 
 def tool_step(
-    run: DurableRun,
+    run: AttemptOwner,
     tool_name: str,
     tool_args: dict[str, Any],
     tool_call_id: str | None,
@@ -89,14 +89,18 @@ def tool_step(
 
 
 def output_step(
-    run: DurableRun, function_name: str, raw_arguments: Any, tool_call_id: str | None, messages: Sequence[ModelMessage]
+    run: AttemptOwner,
+    function_name: str,
+    raw_arguments: Any,
+    tool_call_id: str | None,
+    messages: Sequence[ModelMessage],
 ) -> ToolStep:
     """Fingerprint a call of an output function (what the model's final answer is handed to) and look it up."""
     return _call_step(run, "output function", function_name, raw_arguments, tool_call_id, messages)
 
 
 def _call_step(
-    run: DurableRun,
+    run: AttemptOwner,
     kind: str,
     name: str,
     raw_arguments: Any,
@@ -123,7 +127,7 @@ def _call_step(
     return step
 
 
-def decision_step(run: DurableRun, call: ToolCallPart, messages: Sequence[ModelMessage]) -> DecisionStep:
+def decision_step(run: AttemptOwner, call: ToolCallPart, messages: Sequence[ModelMessage]) -> DecisionStep:
     """The decision slot of a call that waits for approval, looked up in the cache.
 
     ``messages`` is the run's conversation; the key covers it up to the model answer that made the

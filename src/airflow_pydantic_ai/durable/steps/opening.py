@@ -30,8 +30,8 @@ from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
 from airflow_pydantic_ai.durable.wording import plural
 
-if TYPE_CHECKING:  # the run imports this module; typing only
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.steps.owner import AttemptOwner
 
 __all__ = ["AttemptOptions", "Recording", "load_cache", "replayed_from"]
 
@@ -78,7 +78,7 @@ def replayed_from(entry: StepEntry | None, recording: Recording | None) -> str:
     return f"from the cache (recorded by try {entry.attempt})"
 
 
-def load_cache(run: DurableRun, probe: bool, belongs: Callable[[Collection[int]], bool] | None) -> None:
+def load_cache(run: AttemptOwner, probe: bool, belongs: Callable[[Collection[int]], bool] | None) -> None:
     """Read the cache into ``run`` (see :meth:`DurableRun.open`): its entries, their numbering, the divergence
     they allow; an earlier DAG run's cache is discarded instead."""
     writer, store, log = run.writer, run.store, run.log

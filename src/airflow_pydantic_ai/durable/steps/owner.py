@@ -15,14 +15,19 @@ from typing import Any, Protocol
 
 from pydantic_ai.usage import RequestUsage
 
-from airflow_pydantic_ai.durable.keys.chain import ModelKey
+from airflow_pydantic_ai.durable.keys.chain import KeyChain, ModelKey
+from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget
-from airflow_pydantic_ai.durable.steps.stats import TaskLogger
-from airflow_pydantic_ai.durable.steps.writer import TryOutlook
+from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
+from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
+from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
+from airflow_pydantic_ai.durable.steps.writer import StepWriter, TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.store import StepStore
 
-__all__ = ["StepOwner"]
+__all__ = ["AttemptOwner", "StepOwner"]
 
 
 class StepOwner(Protocol):
@@ -123,3 +128,40 @@ class StepOwner(Protocol):
     def running(self, key: str | None) -> AbstractContextManager[None]:
         """While a step's call runs live: agent runs started inside it are scoped under ``key``."""
         ...
+
+
+class _OneTimeWarnings(Protocol):
+    def warn_once(self, what: str) -> bool: ...
+
+
+class AttemptOwner(StepOwner, Protocol):
+    """The attempt as its own rooms of work see it (finding a step, opening, ending: ``lookup.py``,
+    ``opening.py``, ``ending.py``): its state, beside what steps see. Typed here so that none of them imports
+    the run, which imports them."""
+
+    writer: StepWriter
+    keys: KeyChain
+    stats: AttemptStats
+    last_answer: LastAnswer
+    divergence: Divergence
+    policy: ReplayPolicy
+    finished: bool
+    outcome: AttemptOutcome
+    report_readers: list[Callable[[DurableReport], None]]
+
+    @property
+    def family(self) -> _OneTimeWarnings: ...
+
+    @property
+    def store(self) -> StepStore: ...
+
+    @property
+    def run_key(self) -> Any: ...
+
+    def agent_for_replay(self) -> str | None: ...
+
+    def pack_for_next_try(self) -> None: ...
+
+    def end_failed_try(self) -> None: ...
+
+    def summary(self) -> str: ...
