@@ -462,7 +462,7 @@ def start_durable_run(
     )
     run = DurableRun.open(store, attempt=this_try.try_number or 1, log=log, options=options)
     if after_clear is not None and not after_clear.fresh:
-        steps = sum(entry.kind != "result" for entry in run.entries.values())
+        steps = sum(entry.is_step for entry in run.entries.values())
         clear_policy.log_resume_after_clear(after_clear, steps, log)
     if modes is not None:
         modes.started(recording, log)

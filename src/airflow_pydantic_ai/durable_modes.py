@@ -128,7 +128,7 @@ class ModeSettings:
             log.info(
                 "Durable: wrote the fixture %s (%d steps, %d bytes)",
                 path,
-                sum(entry.kind != "result" for entry in entries),
+                sum(entry.is_step for entry in entries),
                 path.stat().st_size,
             )
         if self.keep_cache:

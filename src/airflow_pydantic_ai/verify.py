@@ -73,7 +73,7 @@ def verify_task(
     policy = ReplayPolicy(mode="replay", mask=mask, source=source, agent=f"the agent of task {task.task_id!r}")
     options = AttemptOptions(policy=policy, recording=Recording(extra, source) if extra else None)
     run = DurableRun.open(store, attempt=1, log=_QuietLog(), options=options)
-    recorded = sum(entry.kind != "result" for entry in run.entries.values())
+    recorded = sum(entry.is_step for entry in run.entries.values())
     if not recorded:
         return Verdict(task.task_id, "error", f"nothing recorded in {source}")
     try:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.report import DurableReport
-from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
+from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, record_attempt
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.owner import AttemptOwner

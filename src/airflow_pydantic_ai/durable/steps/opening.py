@@ -21,10 +21,9 @@ from pydantic_ai.usage import UsageLimits
 
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
-from airflow_pydantic_ai.durable.kinds import KINDS
 from airflow_pydantic_ai.durable.steps.budget import Spent
 from airflow_pydantic_ai.durable.steps.cleanup import discard_earlier_run
-from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
+from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.writer import StorageErrors, TryOutlook, no_secrets
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
@@ -103,6 +102,6 @@ def load_cache(run: AttemptOwner, probe: bool, belongs: Callable[[Collection[int
     run.stats.bytes_read, run.stats.entries_skipped = loaded.bytes_read, len(loaded.skipped)
     log.info(
         "Durable: found %s recorded by earlier attempts (%d bytes read)",
-        plural(sum(KINDS[entry.step_role].is_step for entry in loaded.entries.values()), "step"),
+        plural(sum(entry.is_step for entry in loaded.entries.values()), "step"),
         loaded.bytes_read,
     )

@@ -20,7 +20,7 @@ from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
-from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
+from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
 from airflow_pydantic_ai.durable.steps.writer import StepWriter, TryOutlook

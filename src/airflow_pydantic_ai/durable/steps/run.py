@@ -42,10 +42,10 @@ from airflow_pydantic_ai.durable.steps.cleanup import (
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
-from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
 from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording, load_cache, replayed_from
+from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
@@ -84,7 +84,7 @@ class DurableRun:
     family: AttemptFamily = field(default_factory=lambda: AttemptFamily(), repr=False)
     """What every agent run of the attempt shares (the runs bound so far, one-time warnings)."""
     policy: ReplayPolicy = field(default_factory=ReplayPolicy, repr=False)
-    """What a step with no recorded entry does (``durable_mode``, see ``mode.py``)."""
+    """What a step with no recorded entry does (``durable_mode``, see ``replay_policy.py``)."""
 
     recording: Recording | None = field(default=None, repr=False)
     """Steps recorded elsewhere that this attempt replays too (a fixture's), for the log's "replayed from"."""

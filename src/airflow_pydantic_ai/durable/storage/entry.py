@@ -232,6 +232,11 @@ class StepEntry:
         return entry_name(self.kind, self.key)
 
     @property
+    def is_step(self) -> bool:
+        """Whether the entry is a step a retry replays (the recorded output is not one): the kind table's word."""
+        return KINDS[self.step_role].is_step
+
+    @property
     def step_role(self) -> StepRole:
         return self.role or self.kind  # an entry's prefix is also the role of the kind it is stored as
 
