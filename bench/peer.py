@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_pydantic_ai.durable import DurableRun, TaskIdentity, run_agent
+from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, TaskIdentity, run_agent
 from bench.report import table
 from bench.runner import quiet_logger, run_plain
 from bench.storage import BUCKET, S3Backend
@@ -158,7 +158,7 @@ def _ours(backend: S3Backend, workload: Workload, identity: TaskIdentity) -> tup
     store.pack = timed_pack  # type: ignore[method-assign]  # the pack's own time, reported apart
 
     def failed_try() -> DurableRun:
-        run = DurableRun.open(store, attempt=1, log=log, probe=True)
+        run = DurableRun.open(store, attempt=1, log=log, options=AttemptOptions(probe=True))
         try:
             with run.ending():
                 run_agent(run, workload.build_agent(), PROMPT, usage_limits=NO_LIMITS)
@@ -168,7 +168,7 @@ def _ours(backend: S3Backend, workload: Workload, identity: TaskIdentity) -> tup
         return run
 
     def retry() -> DurableRun:
-        run = DurableRun.open(store, attempt=2, log=log, probe=True)
+        run = DurableRun.open(store, attempt=2, log=log, options=AttemptOptions(probe=True))
         with run.ending():
             result = run_agent(run, workload.build_agent(), PROMPT, usage_limits=NO_LIMITS)
             run.record_output(result.output)

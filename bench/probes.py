@@ -3,7 +3,7 @@
 The durable run computes two kinds of fingerprint: a model request's (it also extends the
 conversation digest with the new messages) and, for a tool call, the conversation digest the call
 is keyed on followed by the call's own. The key chain makes them through its ``Fingerprinter``
-seam; the probe hands the run a timed one (``DurableRun.open(..., fingerprinter=probe.fingerprinter())``)
+seam; the probe hands the run a timed one (``AttemptOptions(fingerprinter=probe.fingerprinter())``)
 and charges their CPU time (``time.thread_time``: this thread only, so the S3 server's thread does
 not count) to the model step they belong to. The steps are numbered by model
 requests: step k is the k-th request plus the tool calls it asked for.

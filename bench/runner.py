@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic_ai.agent import AgentRunResult
 
-from airflow_pydantic_ai.durable import DurableRun, TaskIdentity, run_agent, secret_check
+from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, TaskIdentity, run_agent, secret_check
 from bench.probes import FingerprintProbe
 from bench.storage import Backend, FloorResult
 from bench.workload import NO_LIMITS, PROMPT, Workload, tool_results_digest
@@ -173,7 +173,10 @@ def run_durable(
     gc.collect()
     started = time.perf_counter()
     run = DurableRun.open(
-        store, attempt=1, log=log, contains_secret=contains_registered_secret, fingerprinter=probe.fingerprinter()
+        store,
+        attempt=1,
+        log=log,
+        options=AttemptOptions(contains_secret=contains_registered_secret, fingerprinter=probe.fingerprinter()),
     )
     result = run_agent(run, agent, PROMPT, usage_limits=NO_LIMITS)
     record_wall = time.perf_counter() - started
@@ -198,7 +201,10 @@ def run_durable(
     gc.collect()
     started = time.perf_counter()
     replay = DurableRun.open(
-        store, attempt=2, log=log, contains_secret=contains_registered_secret, fingerprinter=probe.fingerprinter()
+        store,
+        attempt=2,
+        log=log,
+        options=AttemptOptions(contains_secret=contains_registered_secret, fingerprinter=probe.fingerprinter()),
     )
     load_wall = time.perf_counter() - started
     result = run_agent(replay, agent, PROMPT, usage_limits=NO_LIMITS)

@@ -415,7 +415,7 @@ def start_durable_run(
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai import clear_policy
-    from airflow_pydantic_ai.durable import DurableRun, secret_check
+    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, TryOutlook, secret_check
 
     ti = context["ti"]
     settings = DurableSettings.read(cache_path)
@@ -441,27 +441,31 @@ def start_durable_run(
     after_clear = clear_policy.decide_after_clear(context, on_clear, cleared=cleared)
     if after_clear is not None and after_clear.fresh:
         clear_policy.discard_after_clear(store, after_clear, log)
-    if modes is not None:  # durable_mode = record: empty the cache first
+    policy, recording = None, None
+    if modes is not None:  # durable_mode = record: empty the cache first; the policy, the fixture's steps
         modes.before_open(store, log)
-    run = DurableRun.open(
-        store,
-        attempt=this_try.try_number or 1,
-        log=log,
+        policy, recording = modes.opening(store, identity, log)
+    options = AttemptOptions(
+        outlook=TryOutlook(
+            retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
+            takes_recorded_output=retries_an_earlier_try(ti),
+            delete_hint=delete_command,
+        ),
         probe=True,
         belongs=lambda tries: cache_belongs_to_this_dag_run(tries, this_try),
         contains_secret=secret_check(_compat.redact),
         storage_errors="fail" if settings.storage_errors == "fail" else "warn",
-        takes_recorded_output=retries_an_earlier_try(ti),
-        retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
-        delete_hint=delete_command,
         span_attributes=span_attributes(ti),  # issue 22
         budget=usage_limits if across_tries and usage_limits is not None else None,  # issue 22
+        policy=policy,
+        recording=recording,
     )
+    run = DurableRun.open(store, attempt=this_try.try_number or 1, log=log, options=options)
     if after_clear is not None and not after_clear.fresh:
-        steps = sum(entry.kind != "result" for entry in run.entries.values())
+        steps = sum(entry.is_step for entry in run.entries.values())
         clear_policy.log_resume_after_clear(after_clear, steps, log)
-    if modes is not None:  # durable_mode and fixtures: the policy, the fixture's steps
-        modes.start(run, identity, log)
+    if modes is not None:
+        modes.started(recording, log)
     return run
 
 

@@ -24,7 +24,7 @@ from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable import DurableMode, check_mode
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity, TaskLogger
+    from airflow_pydantic_ai.durable import DurableRun, Recording, ReplayPolicy, StepStore, TaskIdentity, TaskLogger
 
 __all__ = ["ModeSettings", "find_error", "listening_for_replay_misses", "mask", "replay_misses_fail_at_once"]
 
@@ -83,30 +83,40 @@ class ModeSettings:
         store.clear()
         log.info("Durable: durable_mode = record: deleted what %s held; every step runs live", store.location)
 
-    def start(self, run: DurableRun, identity: TaskIdentity, log: TaskLogger) -> None:
-        """Give the attempt its policy, and the fixture's steps in ``auto`` and ``replay`` mode."""
-        from airflow_pydantic_ai.durable import FixtureError, read_fixture, replay_also
+    def opening(
+        self, store: StepStore, identity: TaskIdentity, log: TaskLogger
+    ) -> tuple[ReplayPolicy, Recording | None]:
+        """What the attempt is opened with: its policy, and the fixture's steps in ``auto`` and ``replay`` mode."""
+        from airflow_pydantic_ai.durable import FixtureError, Recording, ReplayPolicy, read_fixture
 
-        policy = run.policy
-        policy.mode, policy.live_tools, policy.mask = self.mode, self.live_tools, mask
-        policy.source = f"the durable cache at {run.store.location}"
-        policy.agent = f"the agent of task {identity.task_id!r}"
-        if self.mode == "replay":
-            log.info(
-                "Durable: durable_mode = replay: every step must replay; a step that was not recorded fails the task%s",
-                f" (tools run live: {', '.join(sorted(self.live_tools))})" if self.live_tools else "",
-            )
+        policy = ReplayPolicy(
+            mode=self.mode,
+            live_tools=self.live_tools,
+            mask=mask,
+            source=f"the durable cache at {store.location}",
+            agent=f"the agent of task {identity.task_id!r}",
+        )
         if self.fixtures is None or self.mode == "record":
-            return
+            return policy, None
         try:
             fixture = read_fixture(self.fixtures, identity.dag_id, identity.task_id, identity.map_index)
         except FixtureError as error:
             if self.mode == "replay":
                 raise
             log.warning("Durable: %s; every step not in the cache runs live", error)
-            return
-        replay_also(run, fixture.entries, f"the fixture {fixture.path}")
-        log.info("Durable: replaying from the fixture %s (%d steps)", fixture.path, len(fixture.entries))
+            return policy, None
+        policy.source = f"the fixture {fixture.path}"
+        return policy, Recording(fixture.entries, f"the fixture {fixture.path}")
+
+    def started(self, recording: Recording | None, log: TaskLogger) -> None:
+        """Say, once the cache is open, what the mode and the fixture change for this attempt."""
+        if self.mode == "replay":
+            log.info(
+                "Durable: durable_mode = replay: every step must replay; a step that was not recorded fails the task%s",
+                f" (tools run live: {', '.join(sorted(self.live_tools))})" if self.live_tools else "",
+            )
+        if recording is not None:
+            log.info("Durable: replaying %s (%d steps)", recording.source, len(recording.entries))
 
     def after_success(self, run: DurableRun, identity: TaskIdentity, log: TaskLogger) -> bool:
         """``record`` with fixtures: write the fixture. Returns whether the cache is kept."""
@@ -118,7 +128,7 @@ class ModeSettings:
             log.info(
                 "Durable: wrote the fixture %s (%d steps, %d bytes)",
                 path,
-                sum(entry.kind != "result" for entry in entries),
+                sum(entry.is_step for entry in entries),
                 path.stat().st_size,
             )
         if self.keep_cache:

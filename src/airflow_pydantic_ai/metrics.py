@@ -15,14 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from airflow_pydantic_ai.durable import DurableReport
+
 __all__ = ["METRIC_NAMES", "METRIC_PREFIX", "StatsClient", "airflow_stats", "count_attempt", "metric_tags"]
 
 METRIC_PREFIX = "pydantic_ai.durable"
 
-_KINDS = ("model", "tool", "output", "decision")
+_KINDS = DurableReport.metric_kinds  # the report's step kinds -> their metric names (the kind table's)
 METRIC_NAMES: tuple[str, ...] = (
-    *(f"{METRIC_PREFIX}.steps.replayed.{kind}" for kind in _KINDS),
-    *(f"{METRIC_PREFIX}.steps.executed.{kind}" for kind in _KINDS),
+    *(f"{METRIC_PREFIX}.steps.replayed.{metric}" for metric in _KINDS.values()),
+    *(f"{METRIC_PREFIX}.steps.executed.{metric}" for metric in _KINDS.values()),
     f"{METRIC_PREFIX}.steps.not_persisted",
     f"{METRIC_PREFIX}.tokens.saved.input",
     f"{METRIC_PREFIX}.tokens.saved.output",
@@ -60,8 +62,8 @@ def count_attempt(
     """Count one attempt's durable report (its JSON shape, ``DurableReport.to_json()``) in ``stats``."""
     values: dict[str, int] = {}
     for side in ("replayed", "executed"):
-        for kind in _KINDS:
-            values[f"{METRIC_PREFIX}.steps.{side}.{kind}"] = int(report["steps"][side][kind])
+        for kind, metric in _KINDS.items():
+            values[f"{METRIC_PREFIX}.steps.{side}.{metric}"] = int(report["steps"][side][kind])
     values[f"{METRIC_PREFIX}.steps.not_persisted"] = int(report["steps"]["not_persisted"])
     for side in ("saved", "live"):
         for direction in ("input", "output"):

@@ -67,18 +67,15 @@ def verify_task(
     run_id: str = "verify",
 ) -> Verdict:
     """Replay ``store``'s steps (and ``extra``, a fixture's) for ``task`` in replay mode, calling nothing live."""
-    from airflow_pydantic_ai.durable import DurableRun, ReplayMiss, replay_also, run_agent
+    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, Recording, ReplayMiss, ReplayPolicy, run_agent
     from airflow_pydantic_ai.durable_modes import mask
 
-    run = DurableRun.open(store, attempt=1, log=_QuietLog())
-    if extra:
-        replay_also(run, extra, source)
-    recorded = sum(entry.kind != "result" for entry in run.entries.values())
+    policy = ReplayPolicy(mode="replay", mask=mask, source=source, agent=f"the agent of task {task.task_id!r}")
+    options = AttemptOptions(policy=policy, recording=Recording(extra, source) if extra else None)
+    run = DurableRun.open(store, attempt=1, log=_QuietLog(), options=options)
+    recorded = sum(entry.is_step for entry in run.entries.values())
     if not recorded:
         return Verdict(task.task_id, "error", f"nothing recorded in {source}")
-    policy = run.policy
-    policy.mode, policy.mask, policy.source = "replay", mask, source
-    policy.agent = f"the agent of task {task.task_id!r}"
     try:
         context = _context(dag, task, run_id)
         task.render_template_fields(context)  # type: ignore[arg-type]

@@ -56,7 +56,7 @@ import traceback
 from collections import Counter
 from typing import Any
 
-from tests.helpers.durable import RecordingLog, task_identity
+from tests.helpers.durable import RecordingLog, attempt_options, task_identity
 
 IDENTITY = task_identity("crash_dag", "agent")
 KILL_KINDS = (
@@ -287,7 +287,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     base = job["base"]
     store = StepStore.for_task(filesystem, base, f"file://{base}", IDENTITY, warn=log.warning)
     store.local_files = _KillingLocalFiles(points)  # type: ignore[assignment]
-    run = DurableRun.open(store, attempt=attempt, log=log, storage_errors=job.get("storage_errors", "warn"))
+    run = DurableRun.open(
+        store, attempt=attempt, log=log, options=attempt_options(storage_errors=job.get("storage_errors", "warn"))
+    )
     started = time.monotonic()
     outcome: dict[str, Any] = {"pid": os.getpid()}
     if job.get("pack_only"):  # a try that loaded the cache and ends now: it packs (a zombie's double, too)

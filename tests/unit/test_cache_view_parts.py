@@ -14,7 +14,7 @@ from tests.helpers.durable import RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.cache_access import OutsideCacheBase, _check_inside, open_cache
 from airflow_pydantic_ai.durable import CacheReader, DurableCapability, DurableRun, StepStore
-from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, latest_attempt
+from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, latest_attempt
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import TaskRef, ViewData, view_page
 
@@ -222,7 +222,7 @@ def test_a_try_that_waits_for_a_person_is_told_apart_from_a_failure_by_type(tmp_
 
     from airflow_pydantic_ai import _compat
     from airflow_pydantic_ai.durable import TryEnding, record_ending
-    from airflow_pydantic_ai.durable.storage.attempts import record_attempt
+    from airflow_pydantic_ai.durable.storage.notes import record_attempt
 
     deferred = TaskDeferred(trigger=object(), method_name="resume_after_approval")  # type: ignore[arg-type]
     assert _compat.waits_for_a_person(deferred) == "deferred"

@@ -14,7 +14,7 @@ from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
-from tests.helpers.durable import RecordingLog, local_store, task_identity
+from tests.helpers.durable import RecordingLog, attempt_options, local_store, task_identity
 
 from airflow_pydantic_ai.durable import DurableRun
 
@@ -222,7 +222,9 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     log = RecordingLog()
     store = local_store(tmp_path / "cache", task_identity("d", "t", run_id="r"))
     secret = "hunter2-s3cr3t"
-    run = DurableRun.open(store, attempt=1, log=log, contains_secret=lambda payload: secret in str(payload))
+    run = DurableRun.open(
+        store, attempt=1, log=log, options=attempt_options(contains_secret=lambda payload: secret in str(payload))
+    )
     run.record_output(f"the password is {secret}")
     assert RESULT_ENTRY not in store.load().entries
     warnings = log.at("warning")
@@ -232,7 +234,7 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     recorded = retry.recorded_output()
     assert recorded is not None and (recorded.value, recorded.attempt) == ("nothing to hide", 1)
     # The first try after a clear (or of a DAG run) never takes it: a clear asks for a new run.
-    cleared = DurableRun.open(store, attempt=2, log=log, takes_recorded_output=False)
+    cleared = DurableRun.open(store, attempt=2, log=log, options=attempt_options(takes_recorded_output=False))
     assert cleared.recorded_output() is None
     assert any("first try since the DAG run started or the task was cleared" in text for text in log.at("warning"))
 

@@ -7,7 +7,7 @@ The durable package on its own: real pydantic-ai agents, a real local filesystem
 from __future__ import annotations
 
 import pytest
-from tests.helpers.durable import RecordingLog, counting_agent
+from tests.helpers.durable import RecordingLog, attempt_options, counting_agent
 
 from airflow_pydantic_ai.durable import DurableRun
 
@@ -69,7 +69,7 @@ def test_a_cache_that_is_not_this_runs_is_deleted_with_one_warning(harness):
     with pytest.raises(ConnectionError):
         harness.run(counting_agent(calls, fail_on={"notify"}), "weather report")
     log = RecordingLog()
-    run = DurableRun.open(harness.store(log), attempt=1, log=log, belongs=lambda tries: False)
+    run = DurableRun.open(harness.store(log), attempt=1, log=log, options=attempt_options(belongs=lambda tries: False))
     assert run.entries == {}
     [warning] = log.at("warning")
     assert "was left by an earlier run with the same ids, since deleted (2 steps by try 1, written " in warning

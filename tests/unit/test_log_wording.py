@@ -6,12 +6,28 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pydantic_ai.usage import RequestUsage
 from tests.helpers.durable import RecordingLog
 
-from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats
 from airflow_pydantic_ai.durable.wording import plural
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stats(
+    replayed: tuple[int, int] = (0, 0), executed: tuple[int, int] = (0, 0), saved: tuple[int, int] = (0, 0)
+) -> AttemptStats:
+    """An attempt's stats after (model, tool) steps replayed and executed, the first replayed model step
+    having saved ``saved`` (input, output) tokens: counted as steps count them, through ``step_done``."""
+    stats = AttemptStats()
+    for side, (models, tools) in ((True, replayed), (False, executed)):
+        for index in range(models):
+            usage = RequestUsage(input_tokens=saved[0], output_tokens=saved[1]) if side and index == 0 else None
+            stats.step_done("model", replayed=side, usage=usage)
+        for _ in range(tools):
+            stats.step_done("tool", replayed=side)
+    return stats
 
 
 def _documented_summary() -> str:
@@ -27,15 +43,15 @@ def test_the_summary_line_keeps_its_documented_wording_at_every_count() -> None:
     pattern = re.compile(re.sub(r"\d+", lambda _: r"\d+", re.escape(documented)))
     assert pattern.pattern.count(r"\d+") == 6
     for counts in [(0, 0, 0, 0), (1, 0, 0, 1), (1, 1, 1, 1), (2, 1, 3, 12)]:
-        stats = AttemptStats(replayed=StepCounts(*counts[:2]), executed=StepCounts(*counts[2:]))
+        stats = _stats(replayed=counts[:2], executed=counts[2:])
         assert pattern.fullmatch(stats.summary()), stats.summary()
-    one = AttemptStats(replayed=StepCounts(1, 0), executed=StepCounts(0, 1)).summary()
+    one = _stats(replayed=(1, 0), executed=(0, 1)).summary()
     assert one == "Durable: replayed 1 cached steps (1 model, 0 tool), executed 1 new steps (0 model, 1 tool)"
 
 
 def test_the_lines_after_the_summary_agree_with_their_numbers() -> None:
     log = RecordingLog()
-    stats = AttemptStats(replayed=StepCounts(1, 1), saved_input_tokens=1, saved_output_tokens=8)
+    stats = _stats(replayed=(1, 1), saved=(1, 8))
 
     stats.log(log, not_persisted=1, what_next="will run again on a retry")
 

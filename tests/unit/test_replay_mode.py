@@ -16,7 +16,8 @@ from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.durable import DurableHarness, task_identity
 
 from airflow_pydantic_ai.durable import CacheReader, DurableConfigError
-from airflow_pydantic_ai.durable.steps.mode import ReplayMiss, check_mode, replay_also
+from airflow_pydantic_ai.durable.steps.opening import Recording
+from airflow_pydantic_ai.durable.steps.replay_policy import ReplayMiss, ReplayPolicy, check_mode
 from airflow_pydantic_ai.durable.storage.fixtures import FixtureError, fixture_path, read_fixture, write_fixture
 
 SECRET = "hunter2-very-secret"
@@ -68,12 +69,12 @@ def _record_fixture(tmp_path, prompt: str = "Triage ticket 42.") -> Any:
 def _replay(tmp_path, folder, agent: Agent[Any, Any], prompt: str = "Triage ticket 42.", **policy: Any):
     """One attempt of another DAG run in replay mode, from the fixture in ``folder``."""
     harness = DurableHarness(str(tmp_path / "other"), identity=task_identity(run_id="scheduled__other"))
-    run, log = harness.open()
-    run.policy.mode, run.policy.mask = "replay", _mask
-    for name, value in policy.items():
-        setattr(run.policy, name, value)
     fixture = read_fixture(folder, "dag", "task")
-    replay_also(run, fixture.entries, f"the fixture {fixture.path}")
+    source = f"the fixture {fixture.path}"
+    run, log = harness.open(
+        policy=ReplayPolicy(mode="replay", mask=_mask, source=source, **policy),
+        recording=Recording(fixture.entries, source),
+    )
     from airflow_pydantic_ai.durable import run_agent
 
     with run.ending():
@@ -186,8 +187,10 @@ def test_auto_mode_runs_a_changed_step_live(tmp_path):
     folder = _record_fixture(tmp_path)
     counts = Counts()
     harness = DurableHarness(str(tmp_path / "other"), identity=task_identity(run_id="scheduled__other"))
-    run, log = harness.open()
-    replay_also(run, read_fixture(folder, "dag", "task").entries, "the fixture")
+    run, log = harness.open(
+        policy=ReplayPolicy(source="the fixture"),
+        recording=Recording(read_fixture(folder, "dag", "task").entries, "the fixture"),
+    )
     from airflow_pydantic_ai.durable import run_agent
 
     with run.ending():
@@ -248,8 +251,7 @@ def test_a_decision_nobody_recorded_fails_the_replay_instead_of_asking_a_person(
     waiting, _, _ = harness.run(agent, "Refund the customer.")
     assert type(waiting).__name__ == "WaitingForDecisions"
 
-    replay, _ = harness.open()
-    replay.policy.mode = "replay"
+    replay, _ = harness.open(policy=ReplayPolicy(mode="replay"))
     from airflow_pydantic_ai.durable import run_agent
 
     with pytest.raises(ReplayMiss) as caught:

@@ -139,7 +139,7 @@ def test_a_streamed_request_is_refused_before_it_is_sent(harness):
 
 
 def test_a_resumed_try_keeps_what_it_spent_before_the_wait(harness):
-    from tests.helpers.durable import RecordingLog
+    from tests.helpers.durable import RecordingLog, attempt_options
 
     from airflow_pydantic_ai.durable import DurableRun
 
@@ -148,7 +148,9 @@ def test_a_resumed_try_keeps_what_it_spent_before_the_wait(harness):
         harness.run(agent, "weather", run_options={"budget": UsageLimits(request_limit=10)})
     # The same try number again: a resume after a wait (a deferral keeps the try number).
     log = RecordingLog()
-    resumed = DurableRun.open(harness.store(log), attempt=1, log=log, budget=UsageLimits(request_limit=10))
+    resumed = DurableRun.open(
+        harness.store(log), attempt=1, log=log, options=attempt_options(budget=UsageLimits(request_limit=10))
+    )
     assert resumed.budget is not None
     assert resumed.budget.earlier.requests == 0 and resumed.budget.resumed.requests == 2
     assert resumed.budget.total.requests == 2

@@ -28,7 +28,7 @@ def cache_export(args: Any) -> None:
     with _user_errors():
         identity = _identity(args)
         entries = _open(identity).reader.entries()
-        steps = sum(entry.kind != "result" for entry in entries)
+        steps = sum(entry.is_step for entry in entries)
         if not steps:
             raise _UserError(f"the durable cache of {_describe(identity)} holds no readable step to export")
         path = write_fixture(args.dest, identity, entries, mask=mask)

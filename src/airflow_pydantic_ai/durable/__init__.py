@@ -23,18 +23,18 @@ if TYPE_CHECKING:
         describe_error,
     )
     from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
-    from airflow_pydantic_ai.durable.interception.attempt import run_agent
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
+    from airflow_pydantic_ai.durable.interception.run_agent import run_agent
     from airflow_pydantic_ai.durable.interception.toolset import TOOL_CONFIG_KEY, live_tool
     from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
-    from airflow_pydantic_ai.durable.steps.mode import DurableMode, ReplayMiss, check_mode, replay_also
     from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
+    from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording
+    from airflow_pydantic_ai.durable.steps.replay_policy import DurableMode, ReplayMiss, ReplayPolicy, check_mode
     from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY, DurableReport
     from airflow_pydantic_ai.durable.steps.run import DurableRun
     from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary
     from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
-    from airflow_pydantic_ai.durable.steps.writer import secret_check
-    from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, TryEnding, latest_attempt, record_ending
+    from airflow_pydantic_ai.durable.steps.writer import TryOutlook, secret_check
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
     from airflow_pydantic_ai.durable.storage.fixtures import FixtureError, read_fixture, write_fixture
     from airflow_pydantic_ai.durable.storage.identity import (
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         make_private_folders,
         parse_place,
     )
+    from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, TryEnding, latest_attempt, record_ending
     from airflow_pydantic_ai.durable.storage.reader import CacheReader, StepDetail, StepInfo
     from airflow_pydantic_ai.durable.storage.step_costs import StepCost, format_usd, replay_total
     from airflow_pydantic_ai.durable.storage.store import StepStore
@@ -57,6 +58,7 @@ __all__ = [
     "TOOL_CONFIG_KEY",
     "ApprovalTimedOut",
     "ApprovalsUnsupported",
+    "AttemptOptions",
     "AttemptRecord",
     "CacheReader",
     "CacheSummary",
@@ -70,8 +72,10 @@ __all__ = [
     "DurableRun",
     "DurableStorageError",
     "FixtureError",
+    "Recording",
     "Region",
     "ReplayMiss",
+    "ReplayPolicy",
     "StepCost",
     "StepDetail",
     "StepInfo",
@@ -79,6 +83,7 @@ __all__ = [
     "TaskIdentity",
     "TaskLogger",
     "TryEnding",
+    "TryOutlook",
     "WaitingForDecisions",
     "attempt_scope",
     "check_mode",
@@ -95,7 +100,6 @@ __all__ = [
     "plural",
     "read_fixture",
     "record_ending",
-    "replay_also",
     "replay_total",
     "run_agent",
     "secret_check",
@@ -111,7 +115,8 @@ _HOMES = {
     "TOOL_CONFIG_KEY": "interception.toolset",
     "ApprovalTimedOut": "errors",
     "ApprovalsUnsupported": "errors",
-    "AttemptRecord": "storage.attempts",
+    "AttemptOptions": "steps.opening",
+    "AttemptRecord": "storage.notes",
     "CacheReader": "storage.reader",
     "CacheSummary": "storage.catalog",
     "Decision": "steps.decision",
@@ -119,39 +124,41 @@ _HOMES = {
     "DurableCapability": "interception.capability",
     "DurableConfigError": "errors",
     "DurableError": "errors",
-    "DurableMode": "steps.mode",
+    "DurableMode": "steps.replay_policy",
     "DurableReport": "steps.report",
     "DurableRun": "steps.run",
     "DurableStorageError": "errors",
     "FixtureError": "storage.fixtures",
     "Region": "storage.identity",
-    "ReplayMiss": "steps.mode",
+    "Recording": "steps.opening",
+    "ReplayMiss": "steps.replay_policy",
+    "ReplayPolicy": "steps.replay_policy",
     "StepCost": "storage.step_costs",
     "StepDetail": "storage.reader",
     "StepInfo": "storage.reader",
     "StepStore": "storage.store",
     "TaskIdentity": "storage.identity",
     "TaskLogger": "steps.stats",
-    "TryEnding": "storage.attempts",
+    "TryEnding": "storage.notes",
+    "TryOutlook": "steps.writer",
     "WaitingForDecisions": "interception.approvals",
     "attempt_scope": "steps.nesting",
-    "check_mode": "steps.mode",
+    "check_mode": "steps.replay_policy",
     "describe_error": "errors",
     "empty_summary": "steps.stats",
     "format_usd": "storage.step_costs",
     "id_segment": "storage.identity",
     "is_shortened": "storage.identity",
-    "latest_attempt": "storage.attempts",
+    "latest_attempt": "storage.notes",
     "list_caches": "storage.catalog",
     "live_tool": "interception.toolset",
     "make_private_folders": "storage.identity",
     "parse_place": "storage.identity",
     "plural": "wording",
     "read_fixture": "storage.fixtures",
-    "record_ending": "storage.attempts",
-    "replay_also": "steps.mode",
+    "record_ending": "storage.notes",
     "replay_total": "storage.step_costs",
-    "run_agent": "interception.attempt",
+    "run_agent": "interception.run_agent",
     "secret_check": "steps.writer",
     "telemetry_scope": "steps.telemetry",
     "write_fixture": "storage.fixtures",

@@ -24,8 +24,8 @@ from typing import Any
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.usage import UsageLimits
 
+from airflow_pydantic_ai.durable.accounting import Spend
 from airflow_pydantic_ai.durable.steps.stats import TaskLogger
-from airflow_pydantic_ai.durable.steps.tally import Spend
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["RetryBudget", "RetryBudgetExceeded", "Spent"]
@@ -62,7 +62,8 @@ class Spent:
     @classmethod
     def of(cls, live: Spend) -> Spent:
         """What a try's live side counts (a request that raised was sent: it counts, without tokens)."""
-        return cls(live.steps["model"], live.steps["tool"], live.input_tokens, live.output_tokens)
+        counted = live.counted_by_pydantic_ai
+        return cls(counted["requests"], counted["tool_calls"], live.input_tokens, live.output_tokens)
 
     def describe(self) -> str:
         return (

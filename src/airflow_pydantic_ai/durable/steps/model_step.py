@@ -122,7 +122,7 @@ class ModelStep:
         run.step_replayed("model", self.entry_name, usage=usage, cost=cost)
         shown = self.shown()
         run.answer_is([self.entry_name], shown)
-        run.log.info("Durable: %s replayed from the cache", shown)
+        run.log.info("Durable: %s replayed %s", shown, run.replayed_from(self.entry_name))
         return self.replayed
 
     def _recorded_spend(self, response: ModelResponse) -> tuple[RequestUsage, Decimal | None]:

@@ -1,7 +1,7 @@
 """What a step may ask of the attempt that owns it: the one protocol every step module is typed against.
 
-The attempt (``DurableRun``) is the one owner of the state steps change (counts, the writer, the replay
-ledger, the last answer, the key chain); steps reach it only through this protocol, so no step module
+The attempt (``DurableRun``) is the one owner of the state steps change (the one count, the writer, the
+last answer, the key chain); steps reach it only through this protocol, so no step module
 imports the run (and the run imports every step).
 """
 
@@ -15,20 +15,25 @@ from typing import Any, Protocol
 
 from pydantic_ai.usage import RequestUsage
 
-from airflow_pydantic_ai.durable.keys.chain import ModelKey
+from airflow_pydantic_ai.durable.keys.chain import KeyChain, ModelKey
+from airflow_pydantic_ai.durable.keys.divergence import Divergence
+from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget
-from airflow_pydantic_ai.durable.steps.stats import TaskLogger
-from airflow_pydantic_ai.durable.steps.tally import StepKind
-from airflow_pydantic_ai.durable.steps.writer import TryOutlook
+from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
+from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
+from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
+from airflow_pydantic_ai.durable.steps.writer import StepWriter, TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.store import StepStore
 
-__all__ = ["StepOwner"]
+__all__ = ["AttemptOwner", "StepOwner"]
 
 
 class StepOwner(Protocol):
     """The attempt as its steps see it: what they read, and the verbs they report through.
 
-    Steps never change the attempt's rooms themselves (the counts, the writer, the replay ledger, the last
+    Steps never change the attempt's rooms themselves (the counts, the writer, the last
     answer, the key chain): each verb below is the one way to say what happened, and the attempt decides
     which rooms that touches.
     """
@@ -65,18 +70,18 @@ class StepOwner(Protocol):
 
     def step_replayed(
         self,
-        kind: StepKind,
+        kind: StepRole,
         entry_name: str,
         *,
         usage: RequestUsage | None = None,
         cost: Decimal | None = None,
-        counted_by_pydantic_ai: bool = False,
+        counted_by_pydantic_ai: bool = True,
     ) -> None:
         """A step was answered from its entry (``usage``/``cost``: what a model step spent when it was recorded;
         ``counted_by_pydantic_ai``: pydantic-ai counts it in its usage although it did not happen)."""
         ...
 
-    def step_ran(self, kind: StepKind, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
+    def step_ran(self, kind: StepRole, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
         """A step ran live (recorded or not)."""
         ...
 
@@ -106,6 +111,10 @@ class StepOwner(Protocol):
 
     def entry_unusable(self, entry: StepEntry, error: object, consequence: str) -> None: ...
 
+    def replayed_from(self, entry_name: str) -> str:
+        """Where a replayed entry came from, for its log line (``from the cache (recorded by try 1)``)."""
+        ...
+
     def record_decision(self, entry: StepEntry, what: str) -> None: ...
 
     def bind(self, place: Any, run_id: str | None, agent: str | None) -> StepOwner | None:
@@ -119,3 +128,40 @@ class StepOwner(Protocol):
     def running(self, key: str | None) -> AbstractContextManager[None]:
         """While a step's call runs live: agent runs started inside it are scoped under ``key``."""
         ...
+
+
+class _OneTimeWarnings(Protocol):
+    def warn_once(self, what: str) -> bool: ...
+
+
+class AttemptOwner(StepOwner, Protocol):
+    """The attempt as its own rooms of work see it (finding a step, opening, ending: ``lookup.py``,
+    ``opening.py``, ``ending.py``): its state, beside what steps see. Typed here so that none of them imports
+    the run, which imports them."""
+
+    writer: StepWriter
+    keys: KeyChain
+    stats: AttemptStats
+    last_answer: LastAnswer
+    divergence: Divergence
+    policy: ReplayPolicy
+    finished: bool
+    outcome: AttemptOutcome
+    report_readers: list[Callable[[DurableReport], None]]
+
+    @property
+    def family(self) -> _OneTimeWarnings: ...
+
+    @property
+    def store(self) -> StepStore: ...
+
+    @property
+    def run_key(self) -> Any: ...
+
+    def agent_for_replay(self) -> str | None: ...
+
+    def pack_for_next_try(self) -> None: ...
+
+    def end_failed_try(self) -> None: ...
+
+    def summary(self) -> str: ...

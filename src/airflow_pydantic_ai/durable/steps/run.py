@@ -5,8 +5,8 @@ A :class:`DurableRun` is opened at the start of a task attempt with the task ins
 step (:meth:`DurableRun.model_step`, :meth:`DurableRun.tool_step`, :meth:`DurableRun.output_step`);
 the step replays its entry or runs live and records itself. The state each concern owns lives in a
 room of its own: the key chain (``keys.py``), the writer and the storage-errors policy
-(``writer.py``), the counts and the summary line (``stats.py``), the replay ledger for usage limits
-(``usage.py``), the answer a failing run may fail on (``last_answer.py``) and where the attempt left
+(``writer.py``), the one count and the summary line (``stats.py``, ``accounting.py``, read by the usage limits in
+``usage.py``), the answer a failing run may fail on (``last_answer.py``) and where the attempt left
 the recorded path (``divergence.py``).
 
 Data flows one way: ``open`` loads the entries once; steps read them and write new ones through the
@@ -17,46 +17,44 @@ attempt, also one that failed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage, UsageLimits
 
-from airflow_pydantic_ai.durable.errors import describe_error
+from airflow_pydantic_ai.durable.accounting import SummaryCounts
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain, ModelKey
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
-from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
-from airflow_pydantic_ai.durable.steps.budget import RetryBudget, Spent
+from airflow_pydantic_ai.durable.kinds import StepRole
+from airflow_pydantic_ai.durable.steps import ending as ends
+from airflow_pydantic_ai.durable.steps import lookup
+from airflow_pydantic_ai.durable.steps.budget import RetryBudget
 from airflow_pydantic_ai.durable.steps.cleanup import (
     delete_after_success,
-    discard_earlier_run,
     pack_for_next_try,
     tidy_failed_try,
 )
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
-from airflow_pydantic_ai.durable.steps.mode import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
+from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording, load_cache, replayed_from
+from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
-from airflow_pydantic_ai.durable.steps.stats import AttemptStats, StepCounts, TaskLogger
-from airflow_pydantic_ai.durable.steps.tally import StepKind
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
-from airflow_pydantic_ai.durable.steps.usage import ReplayLedger, replay_aware
-from airflow_pydantic_ai.durable.steps.writer import StepWriter, StorageErrors, TryOutlook, no_secrets
-from airflow_pydantic_ai.durable.storage.attempts import AttemptRecord, record_attempt
-from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
-from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
+from airflow_pydantic_ai.durable.steps.usage import replay_aware
+from airflow_pydantic_ai.durable.steps.writer import StepWriter, TryOutlook
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.store import StepStore
-from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = ["DurableRun"]
 
@@ -70,7 +68,6 @@ class DurableRun:
     entries: dict[str, StepEntry] = field(default_factory=dict, repr=False)
     keys: KeyChain = field(default_factory=KeyChain, repr=False)
     stats: AttemptStats = field(default_factory=AttemptStats)
-    ledger: ReplayLedger = field(default_factory=ReplayLedger, repr=False)
     last_answer: LastAnswer = field(default_factory=LastAnswer, repr=False)
     divergence: Divergence = field(default_factory=Divergence, repr=False)
     run_task: asyncio.Task[Any] | None = field(default=None, repr=False)
@@ -87,77 +84,56 @@ class DurableRun:
     family: AttemptFamily = field(default_factory=lambda: AttemptFamily(), repr=False)
     """What every agent run of the attempt shares (the runs bound so far, one-time warnings)."""
     policy: ReplayPolicy = field(default_factory=ReplayPolicy, repr=False)
-    """What a step with no recorded entry does (``durable_mode``, see ``mode.py``)."""
+    """What a step with no recorded entry does (``durable_mode``, see ``replay_policy.py``)."""
+
+    recording: Recording | None = field(default=None, repr=False)
+    """Steps recorded elsewhere that this attempt replays too (a fixture's), for the log's "replayed from"."""
 
     @classmethod
     def open(
-        cls,
-        store: StepStore,
-        *,
-        attempt: int,
-        log: TaskLogger,
-        contains_secret: Callable[[Any], bool] = no_secrets,
-        storage_errors: StorageErrors = "warn",
-        probe: bool = False,
-        takes_recorded_output: bool = True,
-        belongs: Callable[[Collection[int]], bool] | None = None,
-        retry_coming: bool = True,
-        delete_hint: str = "",
-        fingerprinter: Fingerprinter | None = None,
-        span_attributes: Mapping[str, str | int] | None = None,
-        budget: UsageLimits | None = None,
+        cls, store: StepStore, *, attempt: int, log: TaskLogger, options: AttemptOptions | None = None
     ) -> DurableRun:
-        """Load the task instance's cache and start an attempt.
+        """Load the task instance's cache and start an attempt, as ``options`` say (``opening.py``).
 
-        ``probe``: first write and delete a probe object. A store that is unreachable (and
-        ``storage_errors = "warn"``) is then not read, and writes are skipped until it may be back; one
-        that refuses because it is misconfigured raises ``DurableConfigError``.
-
-        ``belongs`` decides from the try numbers that wrote the loaded entries, before anything else uses
-        them, whether they were written by this run at all (and not by an earlier run that had the same
-        ids and was deleted): when it says no, they are not replayed, and the cache is deleted with a
-        WARNING saying what it held.
-
-        ``delete_hint``: how a person deletes this cache (a command), for the log line of the last try.
-
-        ``span_attributes``: stamped on the spans pydantic-ai's instrumentation opens for this attempt's steps
-        (the Airflow side gives the task instance's identity).
-
-        ``budget``: usage limits counted across the tries of the task instance (what each try spent live is
-        kept beside the steps); see ``budget.py``.
+        With ``options.probe``, a store that is unreachable (and ``storage_errors = "warn"``) is not read, and
+        writes are skipped until it may be back; one that refuses because it is misconfigured raises
+        ``DurableConfigError``. ``options.belongs`` decides from the try numbers that wrote the loaded entries,
+        before anything else uses them, whether they were written by this run at all (and not by an earlier
+        run that had the same ids and was deleted): when it says no, they are not replayed, and the cache is
+        deleted with a WARNING saying what it held. ``options.recording``'s steps replay too, whatever the load
+        found (the cache's own entries win).
         """
-        outlook = TryOutlook(retry_coming, takes_recorded_output, delete_hint)
-        writer = StepWriter(store, log, contains_secret, storage_errors, outlook)
-        run = cls(writer=writer, attempt=attempt, keys=KeyChain(fingerprinter or Fingerprinter()))
-        run.stats.telemetry = StepTelemetry(dict(span_attributes or {}))  # issue 22
-        if budget is not None:  # issue 22: read before the first step, whatever the load below finds
-            run.budget = RetryBudget.load(store, attempt=attempt, limits=budget, log=log)
-            run.stats.on_live_step = run.budget.spent_live
-        if probe and not writer.check_at_start():
-            return run
-        try:
-            loaded = store.load()
-        except Exception as error:
-            writer.load_failed(error)
-            return run
-        if loaded.entries and belongs is not None and not belongs({entry.attempt for entry in loaded.entries.values()}):
-            discard_earlier_run(store, loaded.entries, attempt, log)
-            if run.budget is not None:  # what an earlier DAG run spent is not this one's
-                run.budget.earlier = run.budget.resumed = Spent()
-            return run
-        run.entries = loaded.entries
-        writer.numbers = StepNumbers(loaded.entries.values())
-        if any(entry.recorded_at is None for entry in loaded.entries.values()):
-            # Release 0.1.0 wrote this cache: key the attempt as it did, so that its steps replay.
-            run.keys.use_release_0_1_0_keys()
-        run.divergence = Divergence.of(loaded.entries)
-        run.stats.bytes_read, run.stats.entries_skipped = loaded.bytes_read, len(loaded.skipped)
-        log.info(
-            "Durable: found %s recorded by earlier attempts (%d bytes read)",
-            plural(sum(entry.kind != "result" for entry in loaded.entries.values()), "step"),
-            loaded.bytes_read,
+        options = options or AttemptOptions()
+        writer = StepWriter(store, log, options.contains_secret, options.storage_errors, options.outlook)
+        run = cls(
+            writer=writer,
+            attempt=attempt,
+            keys=KeyChain(options.fingerprinter or Fingerprinter()),
+            policy=options.policy or ReplayPolicy(),
         )
+        run.stats.telemetry = StepTelemetry(dict(options.span_attributes))  # issue 22
+        if options.budget is not None:  # issue 22: read before the first step, whatever the load below finds
+            run.budget = RetryBudget.load(store, attempt=attempt, limits=options.budget, log=log)
+            run.stats.on_live_step = run.budget.spent_live
+        load_cache(run, options.probe, options.belongs)
+        if options.recording is not None:
+            run._replay_also(options.recording)
         return run
+
+    def _replay_also(self, recording: Recording) -> None:
+        """Replay ``recording``'s steps too, as if the cache held them; the cache's own entries win."""
+        self.entries = {**recording.entries, **self.entries}
+        self.divergence = Divergence.of(self.entries)
+        self.recording = recording
+
+    def replayed_from(self, entry_name: str) -> str:
+        """Where the replayed entry ``entry_name`` came from, for its log line (``opening.replayed_from``)."""
+        return replayed_from(self.entries.get(entry_name), self.recording)
+
+    def names_agent(self, agent: str | None) -> None:
+        """The agent this attempt runs has a name: a replay miss names it."""
+        if agent:
+            self.policy.agent = f"agent {agent!r}"
 
     # --- what the other rooms hold, under the names callers know ----------------------------------
 
@@ -175,11 +151,11 @@ class DurableRun:
         return self.writer.outlook
 
     @property
-    def replayed(self) -> StepCounts:
+    def replayed(self) -> SummaryCounts:
         return self.stats.replayed
 
     @property
-    def executed(self) -> StepCounts:
+    def executed(self) -> SummaryCounts:
         return self.stats.executed
 
     @property
@@ -250,6 +226,7 @@ class DurableRun:
             scope=scope,
             family=self.family,
             policy=self.policy,  # durable_mode: one policy for every agent run of the attempt
+            recording=self.recording,
             budget=self.budget,  # issue 22: a budget across tries covers nested runs too
         )
 
@@ -257,7 +234,7 @@ class DurableRun:
         """While a step's call runs live: agent runs started inside it are scoped under ``key``."""
         return step_scope(self, key, self.keys.model_steps)
 
-    def _agent_for_replay(self) -> str | None:
+    def agent_for_replay(self) -> str | None:
         """Which nested agent a replay miss names (None: the attempt's first run, named by the policy)."""
         if self.scope is None:
             return None
@@ -302,32 +279,35 @@ class DurableRun:
 
     # --- the verbs steps report through (``owner.py``): the one place that decides which rooms they touch ---
 
+    @property
+    def run_key(self) -> Any:
+        """Which agent run of the attempt this is, for the counts kept by run (None: the first run)."""
+        return None if self.scope is None else self.scope.id
+
     def step_replayed(
         self,
-        kind: StepKind,
+        kind: StepRole,
         entry_name: str,
         *,
         usage: RequestUsage | None = None,
         cost: Decimal | None = None,
-        counted_by_pydantic_ai: bool = False,
+        counted_by_pydantic_ai: bool = True,
     ) -> None:
-        """A step was answered from its entry: counted as replayed, and kept out of what usage limits count."""
-        if kind == "model":
-            self.stats.model_replayed(entry_name, usage)
-            self.ledger.replayed_requests += 1
-        elif kind != "decision":
-            self.stats.tool_replayed(entry_name)
-            if counted_by_pydantic_ai:
-                self.ledger.replayed_tool_returns += 1
-        self.stats.step_done(kind, replayed=True, usage=usage, cost=cost)  # issue 22: report, telemetry
+        """A step was answered from its entry: counted once as replayed (which keeps it out of what usage limits
+        count, when pydantic-ai counts it)."""
+        self.stats.step_done(
+            kind,
+            replayed=True,
+            run=self.run_key,
+            entry_name=entry_name,
+            usage=usage,
+            cost=cost,
+            counted_by_pydantic_ai=counted_by_pydantic_ai,
+        )
 
-    def step_ran(self, kind: StepKind, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
-        """A step ran live: counted as executed (an output function call counts as a tool step)."""
-        if kind == "model":
-            self.stats.executed.model += 1
-        elif kind != "decision":
-            self.stats.executed.tool += 1
-        self.stats.step_done(kind, replayed=False, usage=usage, cost=cost)  # issue 22: report, telemetry
+    def step_ran(self, kind: StepRole, *, usage: RequestUsage | None = None, cost: Decimal | None = None) -> None:
+        """A step ran live: counted once as executed (the kind table says which summary column it counts in)."""
+        self.stats.step_done(kind, replayed=False, run=self.run_key, usage=usage, cost=cost)
 
     def record(self, entry: StepEntry, what: str) -> bool:
         """Record ``entry`` through the writer (False: not stored; the log says why)."""
@@ -360,47 +340,11 @@ class DurableRun:
             "Durable: cache entry %s%s cannot be rebuilt (%s); %s", self.store.location, entry.name, error, consequence
         )
 
-    # --- lookup and step creation ------------------------------------------------------------------
+    # --- finding a step (``lookup.py``) ---------------------------------------------------------------
 
     def model_step(self, model: Model, messages: Sequence[ModelMessage], settings: Any, parameters: Any) -> ModelStep:
         """Fingerprint a model request and look it up."""
-        # Only the answer to *this* request, and the retries it draws, can make the run fail (see forget_what_failed).
-        self.last_answer = LastAnswer(number=self.keys.model_steps + 1)
-        self.ledger.pending_tool_replays = 0
-        place = self.keys.next_model_key(model, messages, settings, parameters)
-        # durable_mode: keep the texts for a diff; in replay mode, fail here, before any live call.
-        self.policy.note_request(place, messages)
-        self.policy.check_model_step(
-            place, self.entries, messages, self.divergence.recorded_at_step, agent=self._agent_for_replay()
-        )
-        step = ModelStep(run=self, place=place)
-        if messages and _compacted(messages[0]) and self.family.warn_once("compaction"):
-            self.log.warning(
-                "Durable: the conversation before %s was compacted by a capability; pydantic-ai sends that "
-                "compaction request outside the run's model wrapper, so it is not recorded and runs again on a "
-                "retry (the steps after it replay when it summarizes the conversation the same way)",
-                step.shown(),
-            )
-        if place.failure is not None:
-            self.log.warning(
-                "Durable: %s cannot be fingerprinted (%s); it runs live, is not recorded, and every later step "
-                "runs live too",
-                step.shown(),
-                place.failure,
-            )
-            self.divergence.diverged = True
-            return step
-        if place.key is None:
-            return step
-        entry = self.entries.get(step.entry_name)
-        if entry is None:
-            warning = self.divergence.explain_miss(place.number, place.components, step.shown)
-            if warning is not None:
-                self.log.warning("%s", warning)
-        elif step.load(entry):
-            cached = self.keys.predicted_tool_keys(messages, step.replayed)  # type: ignore[arg-type]
-            self.ledger.pending_tool_replays = sum(entry_name("tool", key) in self.entries for key in cached)
-        return step
+        return lookup.model_step(self, model, messages, settings, parameters)
 
     def tool_step(
         self,
@@ -412,65 +356,17 @@ class DurableRun:
         live: bool = False,
     ) -> ToolStep:
         """Fingerprint a tool call and look it up (``live``: the tool opted out of replay; it runs, unrecorded)."""
-        if live:
-            label = f"tool {tool_name} (call {tool_call_id})" if tool_call_id else f"tool {tool_name}"
-            return ToolStep(run=self, label=label + self.who, tool_name=tool_name, key=None, live=True)
-        raw_arguments = _raw_arguments(messages, tool_call_id, tool_args)
-        return self._call_step("tool", tool_name, raw_arguments, tool_call_id, messages)
+        return lookup.tool_step(self, tool_name, tool_args, tool_call_id, messages, live=live)
 
     def output_step(
         self, function_name: str, raw_arguments: Any, tool_call_id: str | None, messages: Sequence[ModelMessage]
     ) -> ToolStep:
         """Fingerprint a call of an output function (what the model's final answer is handed to) and look it up."""
-        return self._call_step("output function", function_name, raw_arguments, tool_call_id, messages)
-
-    def _call_step(
-        self, kind: str, name: str, raw_arguments: Any, tool_call_id: str | None, messages: Sequence[ModelMessage]
-    ) -> ToolStep:
-        label = f"{kind} {name} (call {tool_call_id})" if tool_call_id else f"{kind} {name}"
-        label += self.who
-        step = ToolStep(run=self, label=label, tool_name=name, key=None, is_tool=kind == "tool", call_id=tool_call_id)
-        if self.keys.failed_closed:
-            return step
-        try:
-            step.key = self.keys.tool_key(
-                name if step.is_tool else f"{kind}:{name}", raw_arguments, tool_call_id, messages
-            )
-        except FingerprintError as error:
-            self.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
-            return step
-        # durable_mode: in replay mode, a call with no entry fails here; a tool named live ignores its entry.
-        self.policy.check_call_step(
-            label, name, step.key, self.entries, self.keys.model_steps, self.divergence.recorded_at_step
-        )
-        entry = self.entries.get(step.entry_name)
-        if entry is not None and not self.policy.runs_live(name):
-            step.load(entry)
-        return step
+        return lookup.output_step(self, function_name, raw_arguments, tool_call_id, messages)
 
     def decision_step(self, call: ToolCallPart, messages: Sequence[ModelMessage]) -> DecisionStep:
-        """The decision slot of a call that waits for approval, looked up in the cache.
-
-        ``messages`` is the run's conversation; the key covers it up to the model answer that made the
-        call (the tool key formula), and the chain of model steps so far.
-        """
-        step = DecisionStep(run=self, call=call, key=None, step_number=self.keys.model_steps)
-        if self.keys.failed_closed:
-            return step
-        try:
-            step.key = self.keys.decision_key(call, messages)
-        except FingerprintError as error:
-            self.log.warning(
-                "Durable: the call %s (%s) cannot be fingerprinted (%s); its decision cannot be recorded",
-                call.tool_name,
-                call.tool_call_id,
-                error,
-            )
-            return step
-        step.load()
-        # durable_mode: in replay mode, a decision nobody recorded fails here (no person is asked).
-        self.policy.check_decision(f"{call.tool_name} (call {call.tool_call_id})", step.recorded is not None)
-        return step
+        """The decision slot of a call that waits for approval, looked up in the cache."""
+        return lookup.decision_step(self, call, messages)
 
     def decide(self, call: ToolCallPart, *, key: str, step_number: int, decision: Decision) -> None:
         """Record a person's decision on ``call`` (asked under ``key`` at model step ``step_number``)."""
@@ -506,56 +402,20 @@ class DurableRun:
 
     def usage_limits(self, limits: UsageLimits | None) -> UsageLimits | None:
         """``limits`` adjusted so that replayed steps do not count against them."""
-        return replay_aware(limits, self.ledger)
+        return replay_aware(limits, self.stats.accounting, self.run_key)
 
-    # --- the ends of an attempt --------------------------------------------------------------------
+    # --- the ends of an attempt (``ending.py``) -------------------------------------------------------
 
-    @contextmanager
-    def ending(self, *, waits: Callable[[BaseException], bool] = lambda error: False) -> Iterator[DurableRun]:
+    def ending(
+        self, *, waits: Callable[[BaseException], bool] = lambda error: False
+    ) -> AbstractContextManager[DurableRun]:
         """Around everything an attempt does after :meth:`open`: a try that ends without success packs what it
-        saw (:meth:`pack_for_next_try`); a failure tidies up (not a ``waits`` one: a try that stops to wait
-        for a person has not failed), and the summary is logged whatever happens."""
-        try:
-            yield self
-            self.outcome = "succeeded"
-        except BaseException as error:
-            self.pack_for_next_try()
-            self.outcome = "waiting" if waits(error) else "failed"
-            if self.outcome == "failed":
-                self.end_failed_try()
-            raise
-        finally:
-            self.log_summary()
+        saw; a failure tidies up (not a ``waits`` one), and the summary is logged whatever happens."""
+        return ends.ending(self, waits=waits)
 
     def forget_what_failed(self) -> None:
-        """The run ended in ``UnexpectedModelBehavior`` (retries exhausted): remove what made it fail.
-
-        That is the last model answer of this attempt together with every retry outcome its calls drew
-        (a tool's or an output function's ``ModelRetry``, a ``ToolRetryError``), recorded or replayed:
-        replaying any of them would fail the retry the same way, even when the cause was transient. What
-        the run got past stays: earlier answers and retries, and the answer's calls that returned. When a
-        call of that answer raised an exception that is never recorded, that call ended the run, and
-        nothing is removed.
-        """
-        names = self.last_answer.to_forget
-        if not names:
-            return
-        for name in names:
-            self.entries.pop(name, None)
-            self.writer.numbers.discard(name)
-            try:
-                self.store.remove(name)
-            except Exception as error:
-                self.log.error("Durable: could not delete %s%s: %s", self.store.location, name, describe_error(error))
-                return
-        who = "a retry" if self.outlook.retry_coming else "a later try (after a clear)"
-        self.log.info(
-            "Durable: the run%s failed on %s; removed from the cache so %s asks again instead of replaying it",
-            self.who,
-            self.last_answer.describe(),
-            who,
-        )
-        self.last_answer = LastAnswer(number=self.last_answer.number)  # forgotten once, however many hooks see it
+        """The run ended in ``UnexpectedModelBehavior`` (retries exhausted): remove the answer it failed on."""
+        ends.forget_what_failed(self)
 
     def pack_for_next_try(self) -> None:
         """This try ends without success (failed, or waits for a person): pack the entries it saw into one object."""
@@ -582,47 +442,8 @@ class DurableRun:
 
     def report(self) -> DurableReport:
         """This attempt's durable report (as it stands: final once :meth:`ending` is over)."""
-        return DurableReport(
-            try_number=self.attempt,
-            outcome=self.outcome,
-            tally=self.stats.tally,
-            not_persisted=self.writer.not_persisted,
-            changed=tuple(self.divergence.changed_components),
-            cache_location=self.store.location,
-            cache_deleted=self.outcome == "succeeded",
-        )
+        return ends.report_of(self)
 
     def log_summary(self) -> None:
         """The summary line at INFO, then what the replay saved and what was not persisted."""
-        report = self.report()  # issue 22: the report line right after the summary, then to its readers
-        self.stats.log(
-            self.log,
-            not_persisted=self.writer.not_persisted,
-            what_next=self.outlook.what_next("will run again on a retry"),
-            report_line=report.log_line(),
-        )
-        for read in self.report_readers:
-            read(report)
-        # A finished run deleted its cache, and a try that found and stored nothing has no cache to
-        # describe: either way, leave nothing behind.
-        if not self.finished and (self.entries or self.writer.written):
-            record = AttemptRecord(self.attempt, self.summary(), tuple(self.divergence.changes))
-            record_attempt(self.store, record, warn=self.log.warning)
-
-
-def _compacted(message: ModelMessage) -> bool:
-    """Whether the conversation starts with a compaction summary (a capability replaced the history with it)."""
-    return any(isinstance(part, CompactionPart) for part in message.parts)
-
-
-def _raw_arguments(messages: Sequence[ModelMessage], tool_call_id: str | None, fallback: dict[str, Any]) -> Any:
-    """The arguments exactly as the model sent them (validated ones can iterate in hash-seed order)."""
-    if tool_call_id is not None:
-        for message in reversed(messages):
-            if not isinstance(message, ModelResponse):
-                continue
-            for part in message.parts:
-                if isinstance(part, ToolCallPart) and part.tool_call_id == tool_call_id:
-                    return part.args
-            break
-    return fallback
+        ends.log_summary(self)

@@ -1,8 +1,10 @@
-"""What one attempt replayed and executed, what the replay saved, and the summary line it logs.
+"""What one attempt reports about its steps: the one count (``accounting.py``), the summary line, the load.
 
-Steps update an :class:`AttemptStats` as they end; nothing else counts. The summary line's wording is
-fixed (:data:`SUMMARY_TEMPLATE`): dashboards and alerts grep for it, so it keeps "1 cached steps". Every
-other count a person reads is put in words by :func:`plural` ("1 model request", "2 tool calls").
+Steps end through :meth:`AttemptStats.step_done` only: it counts the step once (by kind, replayed or live,
+with its tokens and cost), tells pydantic-ai's instrumentation whether it ran, and tells the budget across
+tries what the attempt has spent live. The summary line's wording is fixed (:data:`SUMMARY_TEMPLATE`):
+dashboards and alerts grep for it, so it keeps "1 cached steps". Every other count a person reads is put in
+words by :func:`plural` ("1 model request", "2 tool calls").
 """
 
 from __future__ import annotations
@@ -12,27 +14,27 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
-from pydantic_ai.usage import RequestUsage
-
-from airflow_pydantic_ai.durable.steps.tally import Spend, StepKind, StepTally
+from airflow_pydantic_ai.durable.accounting import (
+    SUMMARY_TEMPLATE,
+    Accounting,
+    RunKey,
+    Spend,
+    SummaryCounts,
+    TokenUsage,
+    format_summary,
+)
+from airflow_pydantic_ai.durable.kinds import KINDS, StepRole
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = [
     "SUMMARY_TEMPLATE",
     "AttemptStats",
-    "StepCounts",
     "TaskLogger",
     "empty_summary",
     "format_summary",
     "plural",
 ]
-
-SUMMARY_TEMPLATE = (
-    "Durable: replayed {replayed} cached steps ({replayed_model} model, {replayed_tool} tool), "
-    "executed {executed} new steps ({executed_model} model, {executed_tool} tool)"
-)
-"""The summary every attempt logs at INFO. Dashboards grep for it: never change its wording."""
 
 
 class TaskLogger(Protocol):
@@ -44,87 +46,79 @@ class TaskLogger(Protocol):
     def debug(self, msg: Any, /, *args: Any, **kwargs: Any) -> Any: ...
 
 
-@dataclass
-class StepCounts:
-    model: int = 0
-    tool: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.model + self.tool
-
-
-def format_summary(replayed: StepCounts, executed: StepCounts) -> str:
-    """The summary line for these counts."""
-    return SUMMARY_TEMPLATE.format(
-        replayed=replayed.total,
-        replayed_model=replayed.model,
-        replayed_tool=replayed.tool,
-        executed=executed.total,
-        executed_model=executed.model,
-        executed_tool=executed.tool,
-    )
-
-
 def empty_summary() -> str:
     """The summary of an attempt that failed before its durable run could start."""
-    return format_summary(StepCounts(), StepCounts())
+    return format_summary(SummaryCounts(), SummaryCounts())
 
 
 @dataclass
 class AttemptStats:
-    """Counts of one attempt, in the terms of the summary line."""
+    """What one attempt reports: its steps (one :class:`Accounting`), and what loading the cache read."""
 
-    replayed: StepCounts = field(default_factory=StepCounts)
-    executed: StepCounts = field(default_factory=StepCounts)
-    saved_input_tokens: int = 0
-    saved_output_tokens: int = 0
-    replayed_entries: list[str] = field(default_factory=list)
-    """Names of the entries replayed, in order (fault drills compare them with what a crash left)."""
+    accounting: Accounting = field(default_factory=Accounting)
     bytes_read: int = 0
     """What loading the cache read at the start of the attempt."""
     entries_skipped: int = 0
     """Entries the load ignored (damaged, foreign, another release's), each with a warning."""
-    # --- issue 22: the durable report's tally and the instrumentation, fed by step_done ---
-    tally: StepTally = field(default_factory=StepTally)
     telemetry: StepTelemetry = field(default_factory=StepTelemetry)
     on_live_step: Callable[[Spend], None] | None = None
-    """Told the attempt's live usage after each live step (the budget across retries keeps it beside the steps)."""
+    """Told the attempt's live side after each live step (the budget across retries keeps it beside the steps)."""
 
     def step_done(
         self,
-        kind: StepKind,
+        kind: StepRole,
         *,
         replayed: bool,
-        usage: RequestUsage | None = None,
+        run: RunKey = None,
+        entry_name: str | None = None,
+        usage: TokenUsage | None = None,
         cost: Decimal | None = None,
+        counted_by_pydantic_ai: bool = True,
     ) -> None:
-        """A step ended (in the context of the request or call that asked for it): report and telemetry count it."""
-        self.tally.done(kind, replayed=replayed, usage=usage, cost=cost)
-        if kind == "decision":  # not a unit pydantic-ai's instrumentation sees, and no usage
+        """A step ended (in the context of the request or call that asked for it): the one place it is counted."""
+        self.accounting.step(
+            kind,
+            replayed=replayed,
+            run=run,
+            entry_name=entry_name,
+            usage=usage,
+            cost=cost,
+            counted_by_pydantic_ai=counted_by_pydantic_ai,
+        )
+        if not KINDS[kind].instrumented:  # not a unit pydantic-ai's instrumentation sees, and no usage
             return
         self.telemetry.unit_done(executed=not replayed)
         if not replayed and self.on_live_step is not None:
-            self.on_live_step(self.tally.live)
+            self.on_live_step(self.accounting.live)
+
+    @property
+    def replayed(self) -> SummaryCounts:
+        return self.accounting.replayed
+
+    @property
+    def executed(self) -> SummaryCounts:
+        return self.accounting.executed
+
+    @property
+    def saved_input_tokens(self) -> int:
+        return self.accounting.saved.input_tokens
+
+    @property
+    def saved_output_tokens(self) -> int:
+        return self.accounting.saved.output_tokens
+
+    @property
+    def replayed_entries(self) -> list[str]:
+        """Names of the entries replayed, in order (fault drills compare them with what a crash left)."""
+        return self.accounting.replayed_entries
 
     @property
     def model_requests(self) -> int:
         """Model steps so far, replayed or live (every agent run of the attempt)."""
-        return self.replayed.model + self.executed.model
-
-    def model_replayed(self, entry_name: str, usage: RequestUsage | None) -> None:
-        self.replayed.model += 1
-        if usage is not None:
-            self.saved_input_tokens += usage.input_tokens
-            self.saved_output_tokens += usage.output_tokens
-        self.replayed_entries.append(entry_name)
-
-    def tool_replayed(self, entry_name: str) -> None:
-        self.replayed.tool += 1
-        self.replayed_entries.append(entry_name)
+        return self.accounting.model_requests
 
     def summary(self) -> str:
-        return format_summary(self.replayed, self.executed)
+        return self.accounting.summary()
 
     def log(self, log: TaskLogger, *, not_persisted: int, what_next: str, report_line: str = "") -> None:
         """The summary line at INFO, the report line right after it, then what the replay saved and what was not
@@ -132,13 +126,14 @@ class AttemptStats:
         log.info(self.summary())
         if report_line:
             log.info("%s", report_line)
-        if self.replayed.total:
+        replayed = self.replayed
+        if replayed.total:
             log.info(
                 "Durable: the replay saved %s (%s, %s) and %s",
-                plural(self.replayed.model, "model request"),
+                plural(replayed.model, "model request"),
                 plural(self.saved_input_tokens, "input token"),
                 plural(self.saved_output_tokens, "output token"),
-                plural(self.replayed.tool, "tool call"),
+                plural(replayed.tool, "tool call"),
             )
         if not_persisted:
             verb = "was" if not_persisted == 1 else "were"

@@ -146,13 +146,16 @@ class ToolStep:
         )
         shown = self.shown()
         if isinstance(outcome, Validating):
+            source = run.replayed_from(self.entry_name)
             run.log.info(
-                "Durable: %s replayed from the cache; output validator %s (and any after it) runs again on it",
+                "Durable: %s replayed %s; output validator %s (and any after it) runs again on it%s",
                 shown,
+                "from the cache" if source.startswith("from the cache") else source,
                 outcome.validator_name,
+                source.removeprefix("from the cache"),
             )
             return outcome.value
-        run.log.info("Durable: %s replayed from the cache", shown)
+        run.log.info("Durable: %s replayed %s", shown, run.replayed_from(self.entry_name))
         if isinstance(outcome, Returned):
             return outcome.value
         if not isinstance(outcome.error, ToolFailed):  # a retry: it may be what makes the run fail

@@ -21,7 +21,9 @@ import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
+
+from airflow_pydantic_ai.durable.kinds import ENTRY_PREFIXES, KINDS, ROLES, EntryPrefix, StepRole
 
 __all__ = [
     "DECISION_KIND",
@@ -50,15 +52,12 @@ ENTRY_FORMAT = "airflow-pydantic-ai/step"
 SCHEMA_VERSION = 1
 
 
-StepKind = Literal["model", "tool", "result", "decision"]
-StepRole = Literal["model", "tool", "output", "result", "decision"]
-"""What an entry is to a person: a model request, a tool call, a call of an output function
-(stored with kind ``tool``, so that entry names stay as they were), the task's recorded output, or
-a person's decision on a tool call that needed approval."""
-DECISION_KIND: StepKind = "decision"
-"""The kind (and entry name prefix) of a recorded approval decision: named here, used everywhere."""
-ENTRY_KINDS: tuple[StepKind, ...] = ("model", "tool", "result", DECISION_KIND)
-_ROLES: tuple[str | None, ...] = (None, "model", "tool", "output", "result", DECISION_KIND)
+StepKind = EntryPrefix
+"""The kind an entry is stored as (its name's prefix); what it is to a person is its :data:`StepRole`. Both
+come from the one table of kinds (``durable/kinds.py``)."""
+DECISION_KIND: StepKind = KINDS["decision"].prefix
+ENTRY_KINDS: tuple[StepKind, ...] = ENTRY_PREFIXES
+_ROLES: tuple[str | None, ...] = (None, *ROLES)
 
 
 def entry_name(kind: StepKind, key: str) -> str:
@@ -233,8 +232,13 @@ class StepEntry:
         return entry_name(self.kind, self.key)
 
     @property
+    def is_step(self) -> bool:
+        """Whether the entry is a step a retry replays (the recorded output is not one): the kind table's word."""
+        return KINDS[self.step_role].is_step
+
+    @property
     def step_role(self) -> StepRole:
-        return self.role or self.kind
+        return self.role or self.kind  # an entry's prefix is also the role of the kind it is stored as
 
     def to_bytes(self, cipher: Cipher | None = None, *, owner: list[Any] | None = None) -> bytes:
         """The stored form; ``owner`` (the task instance's identity) binds the entry to its prefix."""

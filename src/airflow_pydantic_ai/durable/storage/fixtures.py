@@ -80,7 +80,7 @@ def write_fixture(
     steps = [
         _masked({name: getattr(entry, name) for name in _STEP_FIELDS if name != "scope" or entry.scope}, mask)
         for entry in entries
-        if entry.kind != "result"
+        if entry.is_step
     ]
     body = {
         "format": FIXTURE_FORMAT,

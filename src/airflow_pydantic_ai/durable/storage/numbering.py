@@ -30,13 +30,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from airflow_pydantic_ai.durable.kinds import KINDS
 from airflow_pydantic_ai.durable.storage.entry import TOP_PARENT, StepEntry
 
 __all__ = ["ListingRow", "StepNumbers", "in_listing_order", "listing_order"]
 
-# A decision is made on the calls of a model answer before they run: it comes right after that answer;
-# the recorded output comes after every call of its answer.
-_ROLE_ORDER = {"model": 0, "decision": 1, "tool": 2, "output": 2, "result": 3}
+# Each kind's rank among the entries of one model answer (the kind table says why).
+_ROLE_ORDER = {role: spec.rank for role, spec in KINDS.items()}
+_UNKNOWN_RANK = max(_ROLE_ORDER.values())
 
 OrderKey = tuple[int, int, int, float, str]
 T = TypeVar("T")
@@ -48,7 +49,7 @@ def listing_order(entry: StepEntry, modified: dt.datetime | None = None) -> Orde
     seconds = entry.recorded_at
     if seconds is None:
         seconds = modified.timestamp() if modified is not None else 0.0
-    return (entry.step, entry.attempt, _ROLE_ORDER.get(entry.step_role, 3), float(seconds), entry.name)
+    return (entry.step, entry.attempt, _ROLE_ORDER.get(entry.step_role, _UNKNOWN_RANK), float(seconds), entry.name)
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
+from airflow_pydantic_ai.durable.accounting import Spend
+from airflow_pydantic_ai.durable.kinds import KINDS
 from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = ["StepCost", "format_usd", "replay_total"]
 
-_REPLAYABLE = frozenset({"model", "tool", "output", "decision"})
+_REPLAYABLE = frozenset(role for role, spec in KINDS.items() if spec.is_step)
 
 
 @dataclass(frozen=True)
@@ -50,20 +53,23 @@ def format_usd(amount: float) -> str:
 def replay_total(steps: Sequence[tuple[str, StepCost]]) -> str:
     """``A retry replays 7 steps (5 model): 12,400 tokens (11,000 input, 1,400 output), ~$0.0400`` for
     ``steps`` given as ``(kind, cost)`` pairs in the read side's order."""
-    replayable = [(kind, cost) for kind, cost in steps if kind in _REPLAYABLE]
-    models = [cost for kind, cost in replayable if kind == "model"]
-    input_tokens = sum(cost.input_tokens or 0 for cost in models)
-    output_tokens = sum(cost.output_tokens or 0 for cost in models)
+    spend = Spend()  # the attempt's own count, on what the cache holds
+    for kind, cost in steps:
+        if kind not in _REPLAYABLE:
+            continue
+        spend.add(kind)  # type: ignore[arg-type]
+        if kind == "model":
+            price = None if cost.cost_usd is None else Decimal(str(cost.cost_usd))
+            spend.add_request(cost.input_tokens or 0, cost.output_tokens or 0, price)
+    models, input_tokens, output_tokens = spend.steps["model"], spend.input_tokens, spend.output_tokens
     line = (
-        f"A retry replays {plural(len(replayable), 'step')} ({len(models)} model): "
+        f"A retry replays {plural(spend.total_steps, 'step')} ({models} model): "
         f"{input_tokens + output_tokens:,} tokens ({input_tokens:,} input, {output_tokens:,} output)"
     )
-    priced = [cost.cost_usd for cost in models if cost.cost_usd is not None]
-    unpriced = len(models) - len(priced)
-    if priced:
-        line += f", {format_usd(sum(priced))}"
-        if unpriced:
-            line += f" (+ {plural(unpriced, 'model step')} without a price)"
+    if spend.priced:
+        line += f", {format_usd(float(spend.cost))}"
+        if spend.unpriced:
+            line += f" (+ {plural(spend.unpriced, 'model step')} without a price)"
     elif models:
         line += ", cost unknown (no price for the model)"
     return line

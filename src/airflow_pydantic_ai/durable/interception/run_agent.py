@@ -53,8 +53,7 @@ def run_agent(
     :param capabilities: Further capabilities for the run (the durable one is innermost whatever their order).
     :param run_arguments: Further ``agent.run_sync`` arguments (``model``, ``deps``, ``event_stream_handler``).
     """
-    if agent.name:  # durable_mode: a replay miss names the agent
-        run.policy.agent = f"agent {agent.name!r}"
+    run.names_agent(agent.name)  # durable_mode: a replay miss names the agent
     try:
         # Every run started here at the top level is the attempt's first run (after an approval, the same
         # conversation goes on); runs started inside its tool calls are scoped under them. issue 22: replayed

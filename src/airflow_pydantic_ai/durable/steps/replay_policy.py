@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_pydantic_ai.durable.errors import DurableError
-from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.keys.fingerprint import changed_components
 from airflow_pydantic_ai.durable.keys.request_text import TEXT_LABELS, TEXTS_COMPONENT, request_texts, text_diff
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
@@ -28,9 +27,8 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
     from airflow_pydantic_ai.durable.keys.chain import ModelKey
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
 
-__all__ = ["DURABLE_MODES", "DurableMode", "ReplayMiss", "ReplayPolicy", "check_mode", "replay_also"]
+__all__ = ["DURABLE_MODES", "DurableMode", "ReplayMiss", "ReplayPolicy", "check_mode"]
 
 DurableMode = Literal["auto", "replay", "record", "off"]
 DURABLE_MODES: tuple[DurableMode, ...] = ("auto", "replay", "record", "off")
@@ -180,10 +178,3 @@ def _texts_until(recorded: Mapping[int, StepEntry], number: int) -> dict[str, st
         if isinstance(texts, dict):
             return {str(name): str(text) for name, text in texts.items()}
     return {}
-
-
-def replay_also(run: DurableRun, entries: Mapping[str, StepEntry], source: str) -> None:
-    """Let ``run`` replay ``entries`` too (a fixture's steps), as if its cache held them; its own entries win."""
-    run.entries = {**entries, **run.entries}
-    run.divergence = Divergence.of(run.entries)
-    run.policy.source = source

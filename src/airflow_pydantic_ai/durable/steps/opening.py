@@ -1,0 +1,107 @@
+"""What an attempt is opened with: one value the caller builds once, instead of a dozen loose arguments.
+
+:class:`AttemptOptions` holds everything :meth:`~airflow_pydantic_ai.durable.steps.run.DurableRun.open` needs
+besides the store, the try number and the logger: how the try sits among its tries (the outlook), what the
+writer must refuse, the storage-errors policy, the replay policy (``durable_mode``), steps recorded elsewhere
+to replay as well (a fixture's), the spans' identity and the usage limits counted across tries. The Airflow
+side reads its options and the task instance once and hands one value over; tests pass only what they vary.
+
+:class:`Recording` is steps recorded somewhere other than the cache (a fixture file, an exported cache) that
+the attempt replays as if its cache held them; the cache's own entries win, and the log says which steps came
+from where (:func:`replayed_from`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic_ai.usage import UsageLimits
+
+from airflow_pydantic_ai.durable.keys.chain import Fingerprinter
+from airflow_pydantic_ai.durable.keys.divergence import Divergence
+from airflow_pydantic_ai.durable.steps.budget import Spent
+from airflow_pydantic_ai.durable.steps.cleanup import discard_earlier_run
+from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
+from airflow_pydantic_ai.durable.steps.writer import StorageErrors, TryOutlook, no_secrets
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
+from airflow_pydantic_ai.durable.wording import plural
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.steps.owner import AttemptOwner
+
+__all__ = ["AttemptOptions", "Recording", "load_cache", "replayed_from"]
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Steps recorded elsewhere (``source``: ``the fixture tests/fixtures/x.json``), replayed as well."""
+
+    entries: Mapping[str, StepEntry]
+    source: str
+
+
+@dataclass(frozen=True)
+class AttemptOptions:
+    """How one attempt is opened (every field has the default a plain test wants)."""
+
+    outlook: TryOutlook = field(default_factory=TryOutlook)
+    """Where this try stands: a retry coming, whether it may take a recorded output, how a person deletes it."""
+    contains_secret: Callable[[Any], bool] = no_secrets
+    """What the writer refuses to store (the Airflow side: values registered with the secrets masker)."""
+    storage_errors: StorageErrors = "warn"
+    probe: bool = False
+    """First write and delete a probe object (an unreachable store is then not read)."""
+    belongs: Callable[[Collection[int]], bool] | None = None
+    """From the try numbers that wrote the loaded entries: whether this DAG run wrote them at all."""
+    fingerprinter: Fingerprinter | None = None
+    span_attributes: Mapping[str, str | int] = field(default_factory=dict)
+    """Stamped on the spans pydantic-ai's instrumentation opens for this attempt's steps."""
+    budget: UsageLimits | None = None
+    """Usage limits counted across the tries of the task instance (``budget.py``)."""
+    policy: ReplayPolicy | None = None
+    """What a step with no recorded entry does (``durable_mode``); None: ``auto``."""
+    recording: Recording | None = None
+    """Steps recorded elsewhere (a fixture's) to replay too."""
+
+
+def replayed_from(entry: StepEntry | None, recording: Recording | None) -> str:
+    """Where a replayed step came from, for its log line: ``from the cache (recorded by try 1)`` or ``from the
+    fixture FILE``."""
+    if entry is not None and recording is not None and recording.entries.get(entry.name) is entry:
+        return f"from {recording.source}"
+    if entry is None:
+        return "from the cache"
+    return f"from the cache (recorded by try {entry.attempt})"
+
+
+def load_cache(run: AttemptOwner, probe: bool, belongs: Callable[[Collection[int]], bool] | None) -> None:
+    """Read the cache into ``run`` (see :meth:`DurableRun.open`): its entries, their numbering, the divergence
+    they allow; an earlier DAG run's cache is discarded instead."""
+    writer, store, log = run.writer, run.store, run.log
+    if probe and not writer.check_at_start():
+        return
+    try:
+        loaded = store.load()
+    except Exception as error:
+        writer.load_failed(error)
+        return
+    if loaded.entries and belongs is not None and not belongs({entry.attempt for entry in loaded.entries.values()}):
+        discard_earlier_run(store, loaded.entries, run.attempt, log)
+        if run.budget is not None:  # what an earlier DAG run spent is not this one's
+            run.budget.earlier = run.budget.resumed = Spent()
+        return
+    run.entries = loaded.entries
+    writer.numbers = StepNumbers(loaded.entries.values())
+    if any(entry.recorded_at is None for entry in loaded.entries.values()):
+        # Release 0.1.0 wrote this cache: key the attempt as it did, so that its steps replay.
+        run.keys.use_release_0_1_0_keys()
+    run.divergence = Divergence.of(loaded.entries)
+    run.stats.bytes_read, run.stats.entries_skipped = loaded.bytes_read, len(loaded.skipped)
+    log.info(
+        "Durable: found %s recorded by earlier attempts (%d bytes read)",
+        plural(sum(entry.is_step for entry in loaded.entries.values()), "step"),
+        loaded.bytes_read,
+    )
