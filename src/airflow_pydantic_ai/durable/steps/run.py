@@ -394,7 +394,7 @@ class DurableRun:
             return step
         entry = self.entries.get(step.entry_name)
         if entry is None:
-            warning = self.divergence.explain_miss(place.number, place.components, step.shown)
+            warning = self.divergence.explain_miss(place.number, place.components, step.shown, self.step_number)
             if warning is not None:
                 self.log.warning("%s", warning)
         elif step.load(entry):
