@@ -65,8 +65,11 @@ def test_prompt_templated_on_try_number_reruns_model_and_tools(capfd):
     assert summaries(out) == [(0, 0, 0, 3, 1, 2), (0, 0, 0, 4, 2, 2)]
     # TestModel reuses its tool call ids: the tools still rerun because their conversation changed.
     assert CALLS == {"fetch_ticket": 2, "notify_team": 2}
-    # Named by its number in the cache listing: try 1's model and fetch_ticket steps are 1 and 2.
-    assert re.search(r"Durable: step 3: model \S+ differs from what attempt 1 recorded; changed: user prompt\.", out)
+    # Named by its number in the cache listing: try 1's model and fetch_ticket steps are 1 and 2; the request it
+    # differs from is try 1's first, step 1.
+    assert re.search(
+        r"Durable: step 3: model \S+ differs from what attempt 1 recorded as step 1; changed: user prompt\.", out
+    )
 
 
 def test_deleting_the_cache_between_tries_forces_a_full_rerun(capfd, cache_base):

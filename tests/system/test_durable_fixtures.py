@@ -165,7 +165,7 @@ def test_auto_mode_on_a_fixture_runs_changed_steps_live(server, tmp_path, monkey
     assert dr.state == "success"
     assert xcom_value(dr, "triage") == TRIAGE
     assert len(server.requests) == requests + 2
-    assert "differs from what attempt 1 recorded; changed: user prompt" in out
+    assert "differs from what attempt 1 recorded as step 1; changed: user prompt" in out
     assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 3 new steps (2 model, 1 tool)" in out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
@@ -27,6 +27,48 @@ def test_prompt_change_reruns_model_and_downstream_tools(harness):
     [warning] = log.at("warning")
     assert "step 4: model test:test differs from what attempt 1 recorded" in warning
     assert "changed: user prompt" in warning
+
+
+def _lookup_then_answer(instructions_at_step_2: dict[str, str]) -> Agent[Any, str]:
+    """A model that calls ``lookup`` then answers; the instructions of its second request are
+    ``instructions_at_step_2["text"]`` (its first request's never change)."""
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("lookup", {"city": "Paris"}, tool_call_id="lookup-1")])
+        return ModelResponse(parts=[TextPart("sunny")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model))
+
+    @agent.instructions
+    def instructions(ctx: RunContext[Any]) -> str:
+        return "be brief" if ctx.run_step < 2 else instructions_at_step_2["text"]
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        return f"weather in {city}: sunny"
+
+    return agent
+
+
+def test_the_warning_names_the_recorded_step_it_differs_from_and_the_try_that_recorded_it(harness):
+    instructions = {"text": "answer in one word"}
+    agent = _lookup_then_answer(instructions)
+    harness.run(agent, "weather in Paris")  # try 1: step 1 model, step 2 lookup, step 3 model
+    instructions["text"] = "answer in two words"
+    harness.run(agent, "weather in Paris")  # try 2: replays steps 1 and 2, records its answer as step 4
+    instructions["text"] = "answer in three words"
+    _, run, log = harness.run(agent, "weather in Paris")
+
+    assert (run.replayed.total, run.executed.total) == (2, 1)
+    [warning] = log.at("warning")
+    # The new request is listed as step 5; the request it is compared with is try 2's, listed as step 4.
+    assert warning == (
+        "Durable: step 5: model function:function:model: differs from what attempt 2 recorded as step 4; "
+        "changed: instructions/system prompt. It runs live, and so does every step after it."
+    )
+    [second_try] = harness.logs[1].at("warning")
+    assert "step 4: model function:function:model: differs from what attempt 1 recorded as step 3;" in second_try
 
 
 @pytest.mark.parametrize(

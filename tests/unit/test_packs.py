@@ -242,6 +242,44 @@ def test_the_read_side_sees_a_packed_cache_as_the_same_steps(tmp_path):
     assert packed.store().count_entries() == STEPS
 
 
+def stored_spans(pack: Path) -> dict[str, int]:
+    """Entry name -> bytes of its stored form inside ``pack``, found in the pack's own text (not re-encoded)."""
+    text, decoder = pack.read_text(), json.JSONDecoder()
+    names = decode_pack(pack.read_bytes(), owner=IDENTITY.owner()).bodies
+    spans = {}
+    for name in names:
+        start = text.index(f"{json.dumps(name)}:", text.index('"entries":{')) + len(json.dumps(name)) + 1
+        _, end = decoder.raw_decode(text, start)
+        spans[name] = len(text[start:end].encode())
+    return spans
+
+
+def test_each_packed_step_shows_its_own_stored_size(tmp_path):
+    harness = harness_for(tmp_path)
+    failed_try(harness, Counter(), {"fail": True})
+    spans = stored_spans(the_pack(harness.root))
+
+    steps = CacheReader(harness.store()).steps()
+
+    assert {step.entry_name: step.size for step in steps} == spans
+    model = next(step for step in steps if step.kind == "model")
+    fetch = next(step for step in steps if step.kind == "tool")
+    assert model.size != fetch.size, "a model answer and a tool result are not the same size"
+    assert sum(step.size for step in steps) < the_pack(harness.root).stat().st_size  # the header is no step's
+
+
+def test_a_step_keeps_its_size_when_it_is_packed(tmp_path):
+    harness = harness_for(tmp_path)
+    failed_try(harness, Counter(), {"fail": True}, killed=True)  # killed: its entries stay single
+    single = {step.entry_name: step.size for step in CacheReader(harness.store()).steps()}
+    store = harness.store()
+    store.load()
+    store.pack(attempt=1)
+
+    assert is_pack_name(the_pack(harness.root).name)
+    assert {step.entry_name: step.size for step in CacheReader(harness.store()).steps()} == single
+
+
 def test_delete_from_step_n_of_a_packed_cache_forks_there(tmp_path):
     harness, calls, fail = harness_for(tmp_path), Counter[str](), {"fail": True}
     failed_try(harness, calls, fail)

@@ -52,11 +52,17 @@ class Divergence:
         return other
 
     def explain_miss(
-        self, number: int, components: dict[str, Any], shown: Callable[[], str] | None = None
+        self,
+        number: int,
+        components: dict[str, Any],
+        shown: Callable[[], str] | None = None,
+        listed_as: Callable[[StepEntry], int] | None = None,
     ) -> str | None:
         """The WARNING for model step ``number`` of its run, which missed the cache, if it is the first to leave
-        the recorded path (``shown``: how the log names the step, ``step 5: model test``; asked for the warning
-        only, so that a step that just has no entry yet costs nothing)."""
+        the recorded path (``shown``: how the log names the step, ``step 5: model test``; ``listed_as``: the
+        number of a recorded entry in the cache listing, to name the step it differs from as the log, the view
+        and ``cache show`` do; both asked for the warning only, so that a step that just has no entry yet
+        costs nothing)."""
         if self.diverged:
             return None
         recorded = self.recorded_at_step.get(number)
@@ -67,8 +73,10 @@ class Divergence:
             "an earlier step (same request, different history of replays)"
         ]
         named = shown() if shown is not None else f"model request {number}"
+        # Named by its listing number (issue 28): where the new request is listed is not where the old one is.
+        where = f" as step {listed_as(recorded)}" if listed_as is not None else ""
         warning = (
-            f"Durable: {named} differs from what attempt {recorded.attempt} recorded; "
+            f"Durable: {named} differs from what attempt {recorded.attempt} recorded{where}; "
             f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
         )
         self.changes.append(warning)

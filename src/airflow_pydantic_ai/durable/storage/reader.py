@@ -48,7 +48,7 @@ class StepInfo:
     recorded_at: dt.datetime | None
     """When it was written (UTC): from the entry, or the object's modification time for older entries."""
     size: int
-    """Bytes stored."""
+    """Bytes of its entry as stored: its own object's, or in a pack its own bytes there (never a share of the pack)."""
     entry_name: str
     problem: str = ""
     """Why a damaged or encrypted entry cannot be shown."""

@@ -103,8 +103,8 @@ class StoredEntry:
     name: str
     data: bytes | dict[str, Any] | BaseException
     """Its stored bytes (a single entry), its parsed stored form (in a pack), or why it could not be read."""
-    size: int
-    """Bytes stored (for an entry in a pack: its share of the pack)."""
+    object_size: int
+    """Bytes of the object that holds it (a pack holds more than this entry)."""
     modified: dt.datetime | None
     container: str
     """The object that holds it: its own name, or the pack's."""
@@ -112,6 +112,15 @@ class StoredEntry:
     @property
     def in_pack(self) -> bool:
         return self.container != self.name
+
+    @property
+    def size(self) -> int:
+        """Bytes of this entry as stored: its object's, or, in a pack, its own stored form there (a pack keeps
+        each entry byte for byte as it was stored singly). Worked out when asked: reading a cache to replay it
+        never needs it."""
+        if self.in_pack and isinstance(self.data, dict):
+            return len(_stored_bytes(self.data))
+        return self.object_size
 
 
 @dataclass
@@ -273,8 +282,7 @@ class StepStore:
             if name in replaced:
                 continue
             size, modified = rows.get(name, (0, None))
-            share = size // max(1, len(pack.bodies))
-            stored.extend(StoredEntry(entry, body, share, modified, name) for entry, body in pack.bodies.items())
+            stored.extend(StoredEntry(entry, body, size, modified, name) for entry, body in pack.bodies.items())
         self._held, self._unread = {}, {}
         self._packs_seen = set(packs)
         for item in stored:
