@@ -10,12 +10,13 @@ that names what changed (``keys/divergence.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_ai.messages import CompactionPart, ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models import Model
 
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
+from airflow_pydantic_ai.durable.kinds import KINDS
 from airflow_pydantic_ai.durable.steps.decision import DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
@@ -96,24 +97,27 @@ def output_step(
     messages: Sequence[ModelMessage],
 ) -> ToolStep:
     """Fingerprint a call of an output function (what the model's final answer is handed to) and look it up."""
-    return _call_step(run, "output function", function_name, raw_arguments, tool_call_id, messages)
+    return _call_step(run, "output", function_name, raw_arguments, tool_call_id, messages)
 
 
 def _call_step(
     run: AttemptOwner,
-    kind: str,
+    kind: Literal["tool", "output"],
     name: str,
     raw_arguments: Any,
     tool_call_id: str | None,
     messages: Sequence[ModelMessage],
 ) -> ToolStep:
-    label = f"{kind} {name} (call {tool_call_id})" if tool_call_id else f"{kind} {name}"
+    words = KINDS[kind].words
+    label = f"{words} {name} (call {tool_call_id})" if tool_call_id else f"{words} {name}"
     label += run.who
     step = ToolStep(run=run, label=label, tool_name=name, key=None, is_tool=kind == "tool", call_id=tool_call_id)
     if run.keys.failed_closed:
         return step
     try:
-        step.key = run.keys.tool_key(name if step.is_tool else f"{kind}:{name}", raw_arguments, tool_call_id, messages)
+        # The key formula names an output function's call "output function:{name}": fixed, whatever the wording.
+        keyed_name = name if step.is_tool else f"output function:{name}"
+        step.key = run.keys.tool_key(keyed_name, raw_arguments, tool_call_id, messages)
     except FingerprintError as error:
         run.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
         return step
