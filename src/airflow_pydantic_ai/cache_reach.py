@@ -39,7 +39,9 @@ SHARED_OPTION = "durable_cache_shared"
 SINGLE_HOST_EXECUTORS = frozenset({"LocalExecutor", "SequentialExecutor", "DebugExecutor", "MockExecutor"})
 """Executors that run every task on the host of the scheduler that started it, by class name (Sequential and
 Debug are Airflow 2's; Mock is Airflow's test executor). Every other executor counts as running tasks on
-several hosts: see :func:`executor_on_several_hosts`."""
+several hosts: see :func:`executor_on_several_hosts`. (Several schedulers on several hosts, each with its
+``LocalExecutor``, spread tries across hosts too; the configuration does not say how many run, so that case
+draws no warning.)"""
 
 _AIRFLOW_DEFAULT_EXECUTOR = "LocalExecutor"
 
