@@ -338,14 +338,19 @@ class DurableSettings:
     """``warn`` or ``fail`` (``durable_storage_errors``)."""
     budget_across_tries: bool = False
     """``durable_budget_across_tries``: usage limits count every try of a task instance."""
+    cache_shared: bool = False
+    """``durable_cache_shared``: a local cache folder is a volume every worker mounts (``cache_reach.py``)."""
 
     @classmethod
     def read(cls, cache_path: str | None = None) -> DurableSettings:
         """Read and check every option; raises ``DurableConfigError`` naming the one to fix."""
+        from airflow_pydantic_ai.cache_reach import cache_declared_shared
+
         return cls(
             base=open_cache_base(cache_path),
             storage_errors=_storage_error_mode(),
             budget_across_tries=_budget_across_tries(),
+            cache_shared=cache_declared_shared(),
         )
 
 
@@ -414,7 +419,7 @@ def start_durable_run(
     the ``durable_budget_across_tries`` option decides).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
-    from airflow_pydantic_ai import clear_policy
+    from airflow_pydantic_ai import cache_reach, clear_policy
     from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, TryOutlook, secret_check
 
     ti = context["ti"]
@@ -434,6 +439,8 @@ def start_durable_run(
             "instance profile...); every worker must reach the same location with them",
             settings.base.url,
         )
+    task = getattr(ti, "task", None)
+    cache_reach.warn_when_a_retry_may_miss_the_cache(store, shared=settings.cache_shared, task=task, log=log)
     this_try = ThisTry.of(ti, resuming=resuming, reschedules=_compat.reschedule_count(context))
     across_tries = settings.budget_across_tries if budget_across_tries is None else budget_across_tries
     max_tries = getattr(ti, "max_tries", None)

@@ -111,6 +111,20 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "s3://aws_default@my-bucket/airflow/agent-cache",
                         "default": "",
                     },
+                    "durable_cache_shared": {
+                        "description": (
+                            "Declare that a local durable_cache_path (file://, or the default folder under "
+                            "AIRFLOW_HOME) is on a volume every worker mounts (NFS, a shared persistent volume). "
+                            "Under an executor that runs tasks on several hosts (Celery, Kubernetes, Edge...), a "
+                            "durable task with a local cache logs a WARNING at its start, because a retry that runs "
+                            "on another worker would not see the cache and would run every step again; True "
+                            "silences that warning. It changes nothing else."
+                        ),
+                        "version_added": "0.3.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
                     "on_clear": {
                         "description": (
                             "What a durable task cleared by a person does with its cache on Airflow 3.1-3.3: "

@@ -90,6 +90,7 @@ def test_every_config_option_has_what_airflow_requires() -> None:
         "durable_encrypt",
         "on_clear",
         "durable_budget_across_tries",
+        "durable_cache_shared",
     }
     for name, option in options.items():
         missing = {"description", "version_added", "type", "example", "default"} - set(option)
@@ -99,6 +100,7 @@ def test_every_config_option_has_what_airflow_requires() -> None:
     assert float(options["durable_storage_timeout"]["default"]) == 60
     assert options["on_clear"]["default"] == "resume"
     assert options["durable_budget_across_tries"]["default"] == "False"
+    assert options["durable_cache_shared"]["default"] == "False"
 
 
 def test_providers_manager_registers_the_provider_and_its_config() -> None:
@@ -117,6 +119,7 @@ def test_providers_manager_registers_the_provider_and_its_config() -> None:
         "durable_encrypt",
         "on_clear",
         "durable_budget_across_tries",
+        "durable_cache_shared",
     }
     skip_without_connection_form_metadata()
     assert manager.field_behaviours["pydantic_ai"]["relabeling"] == {"host": "Base URL", "password": "API key"}

@@ -58,6 +58,8 @@ class _UserError(Exception):
 @contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn configuration, storage and input errors into one line on stderr and exit code 1."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from airflow_pydantic_ai.cache_access import OutsideCacheBase
     from airflow_pydantic_ai.durable import DurableConfigError, describe_error
 
@@ -67,6 +69,12 @@ def _user_errors() -> Iterator[None]:
         raise SystemExit(f"error: {_one_line(str(error))}") from None
     except (OSError, TimeoutError) as error:
         raise SystemExit(f"error: the durable cache cannot be reached: {_one_line(describe_error(error))}") from None
+    except SQLAlchemyError as error:  # e.g. gc on a worker that has no access to Airflow's database
+        raise SystemExit(
+            "error: the task instance states cannot be read from Airflow's metadata database "
+            f"({_one_line(describe_error(error)).split(' [SQL:', 1)[0]}); run the command where [database] "
+            "sql_alchemy_conn reaches the scheduler's database"
+        ) from None
 
 
 def _one_line(text: str) -> str:
@@ -364,12 +372,17 @@ def cache_gc(args: Any) -> None:
             for cache in doomed
         ]
         if not doomed:
-            _say(f"Nothing to delete: {_plural(kept, 'cache')} may still be read by their task instance", args.output)
+            _say(
+                f"Nothing to delete: {_plural(kept, 'cache')} may still be read by their task instance "
+                f"(looked under {base.url})",
+                args.output,
+            )
             return
         if args.dry_run:
             _print_rows(rows, args.output)
             _say(
-                f"Would delete {_plural(len(doomed), 'cache')}, freeing {_size(freed)} (dry run: nothing deleted)",
+                f"Would delete {_plural(len(doomed), 'cache')} under {base.url}, freeing {_size(freed)} "
+                "(dry run: nothing deleted)",
                 args.output,
             )
             return
@@ -378,7 +391,8 @@ def cache_gc(args: Any) -> None:
             cache.store(base.fs, timeout=base.timeout).clear()
         _print_rows(rows, args.output)
         _say(
-            f"Deleted {_plural(len(doomed), 'cache')}, freed {_size(freed)}; kept {kept} that may still be read",
+            f"Deleted {_plural(len(doomed), 'cache')} under {base.url}, freed {_size(freed)}; "
+            f"kept {kept} that may still be read",
             args.output,
         )
 
