@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tests.helpers.extras import REPO_ROOT, installable_extras
 
 UV = REPO_ROOT / ".tools" / "bin" / "uv"
