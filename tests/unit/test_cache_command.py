@@ -248,18 +248,26 @@ def test_list_still_filters_by_the_options(capsys: pytest.CaptureFixture[str]) -
     assert len(capsys.readouterr().err.splitlines()) == 2
 
 
-def test_verify_with_fixtures_takes_the_task_after_the_dag() -> None:
+def test_verify_with_fixtures_takes_the_task_after_the_dag(capsys: pytest.CaptureFixture[str]) -> None:
     from airflow_pydantic_ai.cli.spellings import verify_target
 
     parse = _cache_parsers()["verify"].parse_args
     one_task = parse(["etl", "triage", "--fixtures", "fixtures"])
     every_task = parse(["etl", "--fixtures", "fixtures"])
+    by_option = parse(["etl", "--fixtures", "fixtures", "--task-id", "triage"])
     a_run_too = parse(["etl", "manual__1", "triage", "--fixtures", "fixtures"])
     verify_target(one_task)
     verify_target(every_task)
+    verify_target(by_option)
 
     assert (one_task.run_id, one_task.task_id) == (None, "triage")
     assert (every_task.run_id, every_task.task_id) == (None, None)
+    assert (by_option.run_id, by_option.task_id) == (None, "triage")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("give the ids as arguments: cache verify DAG_ID TASK_ID --fixtures FOLDER")
+    )
     with pytest.raises(cache_command._UserError, match="with --fixtures there is no run to name"):
         verify_target(a_run_too)
 

@@ -17,6 +17,8 @@ from airflow_pydantic_ai.cli.cache_command import _UserError
 __all__ = ["adopt_older_spellings", "verify_target"]
 
 _IDS = ("dag_id", "run_id", "task_id")
+_IDS_SHOWN = {"list": "[DAG_ID [RUN_ID [TASK_ID]]]", "verify": "DAG_ID RUN_ID TASK_ID"}
+_FIXTURE_IDS = "DAG_ID TASK_ID --fixtures FOLDER"
 
 
 def adopt_older_spellings(args: Any, command: str) -> None:
@@ -33,9 +35,9 @@ def adopt_older_spellings(args: Any, command: str) -> None:
         if given is not None and given != old:
             raise _UserError(f"{name.upper()} is {given!r} and {option} is {old!r}; give it once, as {name.upper()}")
         setattr(args, name, old)
+        ids = _FIXTURE_IDS if getattr(args, "fixtures", None) else _IDS_SHOWN[command]
         print(
-            f"note: `cache {command} {option}` is deprecated; give the ids as arguments: cache {command} "
-            f"DAG_ID RUN_ID TASK_ID{' --fixtures FOLDER' if getattr(args, 'fixtures', None) else ''}",
+            f"note: `cache {command} {option}` is deprecated; give the ids as arguments: cache {command} {ids}",
             file=sys.stderr,
         )
 
