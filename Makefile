@@ -145,13 +145,17 @@ matrix-newer-python:
 # --prerelease=if-necessary-or-explicit: a pinned pre-release (apache-airflow==3.4.0b2) brings its own
 # pre-release core and task SDK; every other package stays on its newest release.
 AIRFLOW_3_2_CAPS := 'fastapi<0.137' 'svcs<26.2'
+# The extras a user installs (pyproject.toml) are compiled too, so that each one resolves under every file
+# (tests/system/test_extras_resolve.py checks it). google-genai 2.30-2.34 (pydantic-ai-slim[google]) need
+# tenacity<9.2, which Airflow (tenacity>=8.3) accepts: the resolver picks 9.1.x.
+INSTALL_EXTRAS := openai anthropic google bedrock mistral groq mcp s3
 constraints: $(UV)
 	mkdir -p constraints
 	@set -e; for a in $(MATRIX_AIRFLOW); do for p in $(MATRIX_PYDANTIC_AI); do \
 		out=constraints/airflow-$${a%.*}-pydantic-ai-$${p%.*}.txt; \
 		printf 'apache-airflow==%s\npydantic-ai-slim==%s\n' $$a $$p > $(TOOLS)/pins.txt; \
 		case $$a in 3.2.*) printf '%s\n' $(AIRFLOW_3_2_CAPS) >> $(TOOLS)/pins.txt;; esac; \
-		$(UV) pip compile pyproject.toml --extra test -c $(TOOLS)/pins.txt --python-version 3.11 \
+		$(UV) pip compile pyproject.toml --extra test $(addprefix --extra ,$(INSTALL_EXTRAS)) -c $(TOOLS)/pins.txt --python-version 3.11 \
 			--python-platform x86_64-unknown-linux-gnu --prerelease=if-necessary-or-explicit \
 			--no-header --no-annotate --quiet -o $$out; \
 		echo "wrote $$out"; done; done

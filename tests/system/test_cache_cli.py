@@ -298,6 +298,20 @@ def test_list_filters_by_ids_and_age(scenario: Scenario) -> None:
     assert "task_state" in table.stdout and failed_dag in table.stdout
 
 
+def test_list_takes_the_ids_as_arguments_and_still_accepts_the_options(scenario: Scenario) -> None:
+    failed_dag, mapped_dag = _dag_id(scenario, "failed"), _dag_id(scenario, "mapped")
+
+    by_dag = scenario.cli("list", failed_dag, "-o", "json")
+    by_task = scenario.cli("list", mapped_dag, scenario.runs["mapped"], "triage", "-o", "json")
+    by_options = scenario.cli("list", "--dag-id", mapped_dag, "--run-id", scenario.runs["mapped"], "-o", "json")
+
+    assert [row["dag_id"] for row in by_dag.json()] == [failed_dag]
+    assert sorted(row["map_index"] for row in by_task.json()) == list(range(11))
+    assert by_options.json() == by_task.json()
+    assert "note: `cache list --dag-id` is deprecated; give the ids as arguments" in by_options.stderr
+    assert "deprecated" not in by_task.stderr
+
+
 def _dag_id(scenario: Scenario, name: str) -> str:
     rows = scenario.cli("list", "--run-id", scenario.runs[name], "-o", "json").json()
     [dag_id] = {row["dag_id"] for row in rows if row["dag_id"].startswith(f"cli_{name}")}

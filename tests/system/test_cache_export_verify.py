@@ -146,6 +146,16 @@ def test_verify_a_failed_runs_kept_cache_against_unchanged_and_changed_code(serv
     for result in (clean, diverged):
         assert TOOL_CALLED not in result.stdout + result.stderr
 
+    # One convention with show, rm and export: the task id is the third argument; 0.2's --task-id still works.
+    by_argument = _cli("verify", "example_tested_agent", dr.run_id, "triage", "--subdir", str(deployed))
+    by_option = _cli("verify", "example_tested_agent", dr.run_id, "--task-id", "triage", "--subdir", str(deployed))
+    no_such_task = _cli("verify", "example_tested_agent", dr.run_id, "nope", "--subdir", str(deployed))
+    assert by_argument.returncode == by_option.returncode == 0, by_argument.stderr + by_option.stderr
+    assert by_argument.stdout == by_option.stdout == clean.stdout
+    assert "note: `cache verify --task-id` is deprecated" in by_option.stderr
+    assert no_such_task.returncode == 1
+    assert "error: example_tested_agent has no agent task 'nope'" in no_such_task.stderr
+
 
 @requires_pydantic_ai(
     "2.68",
@@ -159,6 +169,9 @@ def test_verify_fixtures_against_the_current_dag(server, tmp_path, monkeypatch):
     clean = _cli("verify", "example_tested_agent", "--fixtures", str(fixtures), "--subdir", str(EXAMPLE_DAG))
     diverged = _cli("verify", "example_tested_agent", "--fixtures", str(fixtures), "--subdir", str(edited))
     neither = _cli("verify", "example_tested_agent", "--subdir", str(EXAMPLE_DAG))
+    one_task = _cli(
+        "verify", "example_tested_agent", "triage", "--fixtures", str(fixtures), "--subdir", str(EXAMPLE_DAG)
+    )
 
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert clean.stdout.strip() == (
@@ -167,6 +180,8 @@ def test_verify_fixtures_against_the_current_dag(server, tmp_path, monkeypatch):
     )
     assert diverged.returncode == 1
     assert "changed: tool definitions (~fetch_ticket)." in diverged.stdout
+    assert one_task.returncode == 0, one_task.stdout + one_task.stderr
+    assert one_task.stdout == clean.stdout
     assert neither.returncode == 1
     assert "give the run whose kept caches to verify (RUN_ID) or a fixture folder (--fixtures)" in neither.stderr
     assert server.requests == []

@@ -193,3 +193,89 @@ def test_show_says_how_the_latest_try_ended_on_stderr(
     assert f"Latest try 1: {summary}" in captured.err.splitlines()
     assert "How it ended: Failed: ConnectionError: chat API down" in captured.err.splitlines()
     assert "How it ended" not in captured.out, "stdout stays the table"
+
+
+# --- one convention for the ids: DAG_ID RUN_ID TASK_ID as arguments (issue 28) --------------------
+
+
+def _cache_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Command name -> its parser, in the console script (built from the definitions `airflow` uses)."""
+    from airflow_pydantic_ai.cli.standalone import build_parser
+
+    [commands] = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    [cache] = [
+        action for action in commands.choices["cache"]._actions if isinstance(action, argparse._SubParsersAction)
+    ]
+    return dict(cache.choices)
+
+
+@pytest.mark.parametrize(
+    ("command", "after"), [("list", []), ("show", []), ("rm", []), ("export", ["out"]), ("verify", [])]
+)
+def test_every_cache_command_takes_dag_run_and_task_as_arguments(command: str, after: list[str]) -> None:
+    args = _cache_parsers()[command].parse_args(["etl", "manual__1", "triage", *after])
+
+    assert (args.dag_id, args.run_id, args.task_id) == ("etl", "manual__1", "triage")
+
+
+def test_help_shows_one_convention_for_the_ids() -> None:
+    for name, parser in _cache_parsers().items():
+        text = parser.format_help()
+        assert not {"--dag-id", "--run-id", "--task-id"} & set(text.split()), name
+
+
+def test_verify_still_takes_the_task_as_an_option_and_says_how_to_write_it_now(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from airflow_pydantic_ai.cli.spellings import verify_target
+
+    args = _cache_parsers()["verify"].parse_args(["etl", "manual__1", "--task-id", "triage"])
+    verify_target(args)
+
+    assert (args.run_id, args.task_id) == ("manual__1", "triage")
+    assert capsys.readouterr().err.strip() == (
+        "note: `cache verify --task-id` is deprecated; give the ids as arguments: cache verify DAG_ID RUN_ID TASK_ID"
+    )
+
+
+def test_list_still_filters_by_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    from airflow_pydantic_ai.cli.spellings import adopt_older_spellings
+
+    args = _cache_parsers()["list"].parse_args(["--task-id", "triage", "--run-id", "manual__1", "-o", "json"])
+    adopt_older_spellings(args, "list")
+
+    assert (args.dag_id, args.run_id, args.task_id) == (None, "manual__1", "triage")
+    assert len(capsys.readouterr().err.splitlines()) == 2
+
+
+def test_verify_with_fixtures_takes_the_task_after_the_dag(capsys: pytest.CaptureFixture[str]) -> None:
+    from airflow_pydantic_ai.cli.spellings import verify_target
+
+    parse = _cache_parsers()["verify"].parse_args
+    one_task = parse(["etl", "triage", "--fixtures", "fixtures"])
+    every_task = parse(["etl", "--fixtures", "fixtures"])
+    by_option = parse(["etl", "--fixtures", "fixtures", "--task-id", "triage"])
+    a_run_too = parse(["etl", "manual__1", "triage", "--fixtures", "fixtures"])
+    verify_target(one_task)
+    verify_target(every_task)
+    verify_target(by_option)
+
+    assert (one_task.run_id, one_task.task_id) == (None, "triage")
+    assert (every_task.run_id, every_task.task_id) == (None, None)
+    assert (by_option.run_id, by_option.task_id) == (None, "triage")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("give the ids as arguments: cache verify DAG_ID TASK_ID --fixtures FOLDER")
+    )
+    with pytest.raises(cache_command._UserError, match="with --fixtures there is no run to name"):
+        verify_target(a_run_too)
+
+
+def test_an_id_given_both_ways_must_agree() -> None:
+    from airflow_pydantic_ai.cli.spellings import verify_target
+
+    args = _cache_parsers()["verify"].parse_args(["etl", "manual__1", "triage", "--task-id", "notify"])
+
+    with pytest.raises(cache_command._UserError, match="TASK_ID is 'triage' and --task-id is 'notify'"):
+        verify_target(args)

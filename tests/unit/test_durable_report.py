@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -11,8 +11,10 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
+from airflow_pydantic_ai.durable import run_agent
+from airflow_pydantic_ai.durable.accounting import Accounting
 from airflow_pydantic_ai.durable.steps.cost import response_cost
-from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION
+from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, DurableReport
 
 
 def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -37,19 +39,26 @@ def flaky_agent(fail_first: list[bool]) -> Agent[Any, str]:
     return agent
 
 
-def _report_line(log: Any) -> dict[str, Any]:
-    infos = log.at("info")
-    summary_at = next(index for index, line in enumerate(infos) if line.startswith("Durable: replayed "))
-    line = infos[summary_at + 1]
-    assert line.startswith("Durable: report {")
-    return json.loads(line.removeprefix("Durable: report "))
+def _reported(harness: Any, agent: Agent[Any, str], prompt: str) -> tuple[dict[str, Any], Any, Any]:
+    """One attempt as the harness runs it: the report its run hands its readers when it ends (what the operator
+    pushes as the XCom ``durable_report``), the run and the outcome (the result, or the error it raised)."""
+    run, _log = harness.open()
+    reports: list[dict[str, Any]] = []
+    run.when_ended(lambda report: reports.append(report.to_json()))
+    outcome: Any
+    try:
+        with run.ending():
+            outcome = run_agent(run, agent, prompt)
+    except Exception as error:
+        outcome = error
+    [report] = reports
+    return report, run, outcome
 
 
 def test_report_counts_steps_and_tokens_live_and_saved(harness):
     agent = flaky_agent([True])
-    with pytest.raises(ConnectionError):
-        harness.run(agent, "weather")
-    first = _report_line(harness.logs[-1])
+    first, _run, failure = _reported(harness, agent, "weather")
+    assert isinstance(failure, ConnectionError)
     assert first == {
         "schema_version": REPORT_SCHEMA_VERSION,
         "try_number": 1,
@@ -65,9 +74,8 @@ def test_report_counts_steps_and_tokens_live_and_saved(harness):
         "changed": [],
         "cache": {"location": harness.store().location, "deleted": False},
     }
-    result, run, log = harness.run(agent, "weather")
+    second, run, result = _reported(harness, agent, "weather")
     assert result.output == "sunny"
-    second = _report_line(log)
     assert second["outcome"] == "succeeded" and second["try_number"] == 2
     assert second["steps"]["replayed"] == {"model": 1, "tool": 0, "output": 0, "decision": 0, "total": 1}
     assert second["steps"]["executed"] == {"model": 1, "tool": 1, "output": 0, "decision": 0, "total": 2}
@@ -82,7 +90,49 @@ def test_the_report_line_follows_the_summary_line(harness):
     _result, _run, log = harness.run(flaky_agent([]), "weather")
     infos = log.at("info")
     summary_at = next(index for index, line in enumerate(infos) if line.startswith("Durable: replayed "))
-    assert infos[summary_at + 1].startswith("Durable: report {")
+    # For a person: the JSON is the XCom's (issue 28), the log says it in words.
+    assert infos[summary_at + 1] == (
+        "Durable: try 1 succeeded; live: 2 model requests, 330 tokens (300 input, 30 output), cost unknown (no price "
+        "for the model); the full report is the XCom durable_report"
+    )
+    assert not any("{" in line for line in infos), "no JSON at INFO"
+
+
+def _priced_tally(live_unpriced: int = 0) -> Accounting:
+    """Try 2 of a priced model: one model step and one tool call replayed, one of each live."""
+    tally = Accounting()
+    tally.step(
+        "model", replayed=True, usage=RequestUsage(input_tokens=203, output_tokens=20), cost=Decimal("0.0007075")
+    )
+    tally.step("tool", replayed=True)
+    tally.step(
+        "model", replayed=False, usage=RequestUsage(input_tokens=103, output_tokens=10), cost=Decimal("0.0003575")
+    )
+    for _ in range(live_unpriced):
+        tally.step("model", replayed=False, usage=RequestUsage(input_tokens=1000, output_tokens=0), cost=None)
+    tally.step("tool", replayed=False)
+    return tally
+
+
+def _report(tally: Accounting, outcome: Any = "succeeded") -> DurableReport:
+    return DurableReport(
+        2, outcome, tally, not_persisted=0, changed=(), cache_location="file:///c/", cache_deleted=True
+    )
+
+
+def test_the_log_line_says_what_the_try_spent_and_the_replay_saved_in_words():
+    assert _report(_priced_tally()).log_line() == (
+        "Durable: try 2 succeeded; live: 1 model request, 113 tokens (103 input, 10 output), ~$0.0004; "
+        "the replay saved ~$0.0007; the full report is the XCom durable_report"
+    )
+    assert _report(_priced_tally(live_unpriced=1), "waiting").log_line() == (
+        "Durable: try 2 stopped to wait for a person; live: 2 model requests, 1,113 tokens (1,103 input, 10 output), "
+        "~$0.0004 (+ 1 request without a price); the replay saved ~$0.0007; the full report is the XCom "
+        "durable_report"
+    )
+    assert _report(Accounting(), "failed").log_line() == (
+        "Durable: try 2 failed; live: no model request; the full report is the XCom durable_report"
+    )
 
 
 def test_output_function_steps_are_counted_as_output(harness):

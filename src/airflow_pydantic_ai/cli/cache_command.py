@@ -236,7 +236,10 @@ def _configured(func: Callable[[Any], None]) -> Callable[[Any], None]:
 @_configured
 def cache_list(args: Any) -> None:
     """Every cache under ``durable_cache_path``, one row per task instance."""
+    from airflow_pydantic_ai.cli.spellings import adopt_older_spellings
+
     with _user_errors():
+        adopt_older_spellings(args, "list")
         cutoff = _cutoff(args.older_than)
         caches = [
             cache

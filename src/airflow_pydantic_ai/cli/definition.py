@@ -9,6 +9,7 @@ when they build ``airflow``'s parser, so this module stays cheap to import: the 
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
 from airflow.cli.cli_config import ARG_OUTPUT, ARG_YES, ActionCommand, Arg, GroupCommand, lazy_load_command
@@ -23,8 +24,6 @@ _FIXTURE_COMMANDS = "airflow_pydantic_ai.cli.fixture_command"
 
 
 def _positive(text: str) -> int:
-    import argparse
-
     try:
         value = int(text)
     except ValueError:
@@ -47,9 +46,13 @@ ARG_ITERATION = Arg(
     metavar="N",
     help="The loop iteration (0-based) of a task inside an Airflow 3.4 task-group loop (cache list shows them)",
 )
-ARG_FILTER_DAG_ID = Arg(("--dag-id",), help="Only the caches of this dag")
-ARG_FILTER_RUN_ID = Arg(("--run-id",), help="Only the caches of this DAG run")
-ARG_FILTER_TASK_ID = Arg(("--task-id",), help="Only the caches of this task")
+ARG_FILTER_DAG_ID = Arg(("dag_id",), nargs="?", default=None, help="Only the caches of this dag")
+ARG_FILTER_RUN_ID = Arg(("run_id",), nargs="?", default=None, help="Only the caches of this DAG run (after DAG_ID)")
+ARG_FILTER_TASK_ID = Arg(("task_id",), nargs="?", default=None, help="Only the caches of this task (after RUN_ID)")
+# The options that named the ids in 0.2, still accepted but not shown (cli/spellings.py reads them).
+ARG_OLD_DAG_ID = Arg(("--dag-id",), dest="old_dag_id", help=argparse.SUPPRESS)
+ARG_OLD_RUN_ID = Arg(("--run-id",), dest="old_run_id", help=argparse.SUPPRESS)
+ARG_OLD_TASK_ID = Arg(("--task-id",), dest="old_task_id", help=argparse.SUPPRESS)
 ARG_OLDER_THAN = Arg(
     ("--older-than",),
     metavar="AGE",
@@ -76,10 +79,16 @@ ARG_FORCE = Arg(
 )
 ARG_DEST = Arg(("dest",), metavar="DEST", help="The fixture folder to write the task's fixture into (one per DAG)")
 ARG_VERIFY_RUN_ID = Arg(
-    ("run_id",), nargs="?", default=None, help="The DAG run whose kept caches to verify (or give --fixtures)"
+    ("run_id",), nargs="?", default=None, help="The DAG run whose kept caches to verify (none with --fixtures)"
 )
-ARG_FIXTURES = Arg(("--fixtures",), metavar="FOLDER", help="Verify the fixtures in FOLDER instead of a run's caches")
-ARG_VERIFY_TASK_ID = Arg(("--task-id",), help="Only this agent task")
+ARG_FIXTURES = Arg(
+    ("--fixtures",),
+    metavar="FOLDER",
+    help="Verify the fixtures in FOLDER instead of a run's caches: DAG_ID [TASK_ID] --fixtures FOLDER",
+)
+ARG_VERIFY_TASK_ID = Arg(
+    ("task_id",), nargs="?", default=None, help="Only this agent task (default: every agent task of the DAG)"
+)
 ARG_SUBDIR = Arg(
     ("--subdir",), metavar="PATH", help="The DAG file or folder to load the DAG from (default: [core] dags_folder)"
 )
@@ -89,7 +98,16 @@ CACHE_COMMANDS = (
         name="list",
         help="List the durable caches under durable_cache_path, one row per task instance",
         func=lazy_load_command(f"{_COMMANDS}.cache_list"),
-        args=(ARG_FILTER_DAG_ID, ARG_FILTER_RUN_ID, ARG_FILTER_TASK_ID, ARG_OLDER_THAN, ARG_OUTPUT),
+        args=(
+            ARG_FILTER_DAG_ID,
+            ARG_FILTER_RUN_ID,
+            ARG_FILTER_TASK_ID,
+            ARG_OLDER_THAN,
+            ARG_OUTPUT,
+            ARG_OLD_DAG_ID,
+            ARG_OLD_RUN_ID,
+            ARG_OLD_TASK_ID,
+        ),
     ),
     ActionCommand(
         name="show",
@@ -145,7 +163,15 @@ CACHE_COMMANDS = (
             "no tool: per task, 'replays cleanly' or the first step that diverges and why (exit code 1)"
         ),
         func=lazy_load_command(f"{_FIXTURE_COMMANDS}.cache_verify"),
-        args=(ARG_DAG_ID, ARG_VERIFY_RUN_ID, ARG_FIXTURES, ARG_VERIFY_TASK_ID, ARG_MAP_INDEX, ARG_SUBDIR),
+        args=(
+            ARG_DAG_ID,
+            ARG_VERIFY_RUN_ID,
+            ARG_VERIFY_TASK_ID,
+            ARG_FIXTURES,
+            ARG_MAP_INDEX,
+            ARG_SUBDIR,
+            ARG_OLD_TASK_ID,
+        ),
     ),
 )
 

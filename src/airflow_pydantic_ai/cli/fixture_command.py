@@ -4,7 +4,7 @@
 ``DEST`` (``durable/storage/fixtures.py``: readable JSON, no run id, registered secrets masked). A cache is
 there to export when its task failed, or when a ``record`` run kept it (``durable_keep_cache=True``).
 
-``verify DAG [RUN] [--fixtures FOLDER]`` replays each agent task's kept cache (of run ``RUN``) or fixture
+``verify DAG [RUN] [TASK] [--fixtures FOLDER]`` replays each agent task's kept cache (of run ``RUN``) or fixture
 against the DAG's current code with no live call (``verify.py``) and prints, per task, "replays cleanly"
 or the first step that diverges and why. Exit code 0 when every task verified replays cleanly, 1 otherwise.
 """
@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from airflow_pydantic_ai.cli.cache_command import _configured, _describe, _identity, _open, _user_errors, _UserError
+from airflow_pydantic_ai.cli.spellings import verify_target
 
 __all__ = ["cache_export", "cache_verify"]
 
@@ -42,6 +43,7 @@ def cache_export(args: Any) -> None:
 def cache_verify(args: Any) -> None:
     """Replay each agent task's kept cache or fixture against the current code of the DAG; exit 1 on a divergence."""
     with _user_errors():
+        verify_target(args)
         if (args.run_id is None) == (args.fixtures is None):
             raise _UserError("give the run whose kept caches to verify (RUN_ID) or a fixture folder (--fixtures)")
         dag = _dag(args.dag_id, args.subdir)
