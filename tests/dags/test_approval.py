@@ -16,7 +16,7 @@ from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 from tests.helpers.compat import dagbag_api, requires_approval_parking
 from tests.helpers.hitl_api import HitlApi, Responder, choose, refs_in, rendered_request, sweep_timeouts_after
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 PARKS = requires_approval_parking()
 
 SUMMARY = re.compile(
@@ -29,12 +29,10 @@ MODEL: dict[str, Any] = {"requests": 0, "seen": []}
 
 
 @pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def _fresh_counts() -> None:
+    """This module's counts start empty (the cache folder is the dags tier's ``cache_base``)."""
     CALLS.clear()
     MODEL.update(requests=0, seen=[])
-    return base
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from tests.helpers.airflow_run import clear_and_rerun, run_dag
 from tests.helpers.compat import airflow_version
 from tests.helpers.operator_runs import CALLS, fetch_ticket, summaries
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 ASKS_THE_PERSON = airflow_version() >= Version("3.4")
 only_where_nobody_asks = pytest.mark.skipif(
@@ -29,10 +28,9 @@ FAIL = {"now": True}
 
 
 @pytest.fixture(autouse=True)
-def cache_base(cache_base: Path) -> Path:
-    """The dags tier's cache base (tests/dags/conftest.py, which clears CALLS), with the chat API down again."""
+def _chat_api_down() -> None:
+    """The chat API is down again (the cache folder is the dags tier's ``cache_base``, which clears CALLS)."""
     FAIL["now"] = True
-    return cache_base
 
 
 def notify_team(ticket_id: int) -> str:

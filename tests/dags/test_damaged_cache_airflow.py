@@ -29,14 +29,12 @@ AIRFLOW_DAMAGES = (
 )
 
 
-def test_damaged_entries_between_two_airflow_tries(airflow_db, tmp_path, monkeypatch, capfd):
+def test_damaged_entries_between_two_airflow_tries(airflow_db, cache_base, capfd):
     from airflow.sdk import DAG, get_current_context
     from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
     fetches = len(AIRFLOW_DAMAGES) + 1
     calls: Counter[str] = Counter()
     agent = build_agent(calls, {"fail": False}, fetches=fetches)
@@ -51,7 +49,7 @@ def test_damaged_entries_between_two_airflow_tries(airflow_db, tmp_path, monkeyp
 
     def damage(context: Any) -> None:
         ti = context["ti"]
-        root = base / ti.dag_id / ti.run_id / ti.task_id / "-1"
+        root = cache_base / ti.dag_id / ti.run_id / ti.task_id / "-1"
         unpack(root)  # the failed try packed its entries; damage them one by one, as single entries
         entries = entries_on_disk(root)
         for step, name in enumerate(AIRFLOW_DAMAGES, start=1):

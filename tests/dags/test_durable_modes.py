@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 CALLS: Counter[str] = Counter()
 
@@ -46,11 +45,9 @@ def _agent() -> Agent[Any, Any]:
 
 
 @pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def _fresh_counts() -> None:
+    """This module's counts start empty (the cache folder is the dags tier's ``cache_base``)."""
     CALLS.clear()
-    return base
 
 
 def _dag(dag_id: str, retries: int = 1, **operator: Any) -> Any:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 
 def _try_number() -> int:
@@ -31,13 +30,6 @@ def notify_team(ticket_id: int) -> str:
     if _try_number() == 1:
         raise ConnectionError("chat API down (first try only)")
     return "posted"
-
-
-@pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    return base
 
 
 def make_dag(dag_id: str, retries: int):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 from pydantic_ai import Agent
@@ -13,7 +12,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states
 from tests.helpers.durable import stored_entries
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 RETRY_ZERO_HINT = "Durable: this task has retries=0: a retry is what replays the recorded steps"
 LAST_TRY = "Durable: no retry is coming, so the cache at "
@@ -31,13 +30,6 @@ def notify_team(ticket_id: int) -> str:
 
 def _model_down(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     raise ConnectionError("model endpoint down")
-
-
-@pytest.fixture
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    return base
 
 
 def make_dag(dag_id: str, retries: int):

@@ -12,7 +12,6 @@ import json
 import re
 from collections import Counter
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from tests.helpers.airflow_run import run_dag
 from tests.helpers.compat import airflow_version
 
 pytestmark = [
-    pytest.mark.usefixtures("airflow_db"),
+    pytest.mark.usefixtures("airflow_db", "cache_base"),
     pytest.mark.skipif(
         airflow_version() < Version("3.4"),
         reason=f"task-group loops are new in Airflow 3.4 (installed: {airflow_version()})",
@@ -40,12 +39,10 @@ FAILS: dict[str, set[int]] = {"once": set(), "always": set()}
 
 
 @pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def _fresh_counts() -> None:
+    """This module's counts start empty (the cache folder is the dags tier's ``cache_base``)."""
     CALLS.clear()
     FAILS["once"], FAILS["always"] = set(), set()
-    return base
 
 
 def _iteration_and_try() -> tuple[int, int]:

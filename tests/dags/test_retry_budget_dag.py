@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 from pydantic_ai.usage import UsageLimits
 from tests.helpers.airflow_run import run_dag, task_states
 from tests.unit.test_retry_budget import agent_failing_once
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
-
-
-@pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    return base
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 
 def make_dag(dag_id: str):

@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from pydantic_ai import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 SUMMARY = re.compile(r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\)")
 CALLS: Counter[str] = Counter()
@@ -65,13 +64,11 @@ def escalate(ctx: RunContext[Desk], ticket_id: int) -> str:
 
 
 @pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def _fresh_counts() -> None:
+    """This module's counts start empty (the cache folder is the dags tier's ``cache_base``)."""
     CALLS.clear()
     EVENTS.clear()
     LOOKED_UP.clear()
-    return base
 
 
 def make_dag(dag_id: str):

@@ -96,15 +96,13 @@ def _snapshot(base: Path, into: dict[str, bytes]):
     return callback
 
 
-def test_masked_secrets_never_reach_the_cache(tmp_path, monkeypatch, capfd):
+def test_masked_secrets_never_reach_the_cache(cache_base, capfd):
     from airflow.sdk.log import mask_secret
 
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
     mask_secret(SECRET)
     stored: dict[str, bytes] = {}
     calls = {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
-    dr = run_dag(_dag("security_masking", calls, _snapshot(base, stored)))
+    dr = run_dag(_dag("security_masking", calls, _snapshot(cache_base, stored)))
     out = capfd.readouterr().out
 
     assert dr.state == "success"
@@ -116,18 +114,16 @@ def test_masked_secrets_never_reach_the_cache(tmp_path, monkeypatch, capfd):
     assert calls == {"fetch_customer": 2, "lookup_plan": 1, "notify": 2}
 
 
-def test_encrypted_cache_is_unreadable_and_tampering_is_rejected(tmp_path, monkeypatch, capfd):
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def test_encrypted_cache_is_unreadable_and_tampering_is_rejected(cache_base, monkeypatch, capfd):
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_ENCRYPT", "True")
     monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", Fernet.generate_key().decode())
     stored: dict[str, bytes] = {}
     tampered: list[str] = []
 
     def snapshot_and_tamper(context: Any) -> None:
-        _snapshot(base, stored)(context)
-        unpack(base)  # the failed try packed its entries: tamper with them one by one
-        entries = sorted(base.rglob("tool-*.json"))
+        _snapshot(cache_base, stored)(context)
+        unpack(cache_base)  # the failed try packed its entries: tamper with them one by one
+        entries = sorted(cache_base.rglob("tool-*.json"))
         # An attacker with write access: swaps one encrypted tool entry for a forged plain one...
         victim = entries[0]
         forged = {"format": "airflow-pydantic-ai/step", "version": 1, "kind": "tool"}
@@ -178,10 +174,8 @@ def test_encryption_without_a_fernet_key_fails_at_start(tmp_path, monkeypatch, c
     assert calls == {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
 
 
-def test_keys_that_only_sound_sensitive_do_not_stop_caching(tmp_path, monkeypatch, capfd):
+def test_keys_that_only_sound_sensitive_do_not_stop_caching(cache_base, capfd):
     """Only registered secret *values* keep a step out of the cache, not key names like ``tokens``."""
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
     record = {"tokens": ["hello", "world"], "password_hint": "the usual", "api_key_set": True}
     calls = {"fetch": 0, "notify": 0}
     dr = run_dag(_two_tool_dag("security_innocent_keys", calls, lambda: record, None))
@@ -195,7 +189,7 @@ def test_keys_that_only_sound_sensitive_do_not_stop_caching(tmp_path, monkeypatc
     "shape",
     ["json-escaped-characters", "inside-bytes", "inside-a-nested-key"],
 )
-def test_a_secret_never_reaches_the_stored_bytes_in_any_form(tmp_path, monkeypatch, capfd, shape):
+def test_a_secret_never_reaches_the_stored_bytes_in_any_form(cache_base, capfd, shape):
     from airflow.sdk.log import mask_secret
     from pydantic_ai.messages import BinaryContent
 
@@ -205,13 +199,11 @@ def test_a_secret_never_reaches_the_stored_bytes_in_any_form(tmp_path, monkeypat
         "inside-bytes": lambda: BinaryContent(data=f"token={secret}".encode(), media_type="text/plain"),
         "inside-a-nested-key": lambda: {"customers": [{secret: "gold"}]},
     }
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
     mask_secret(secret)
     stored: dict[str, bytes] = {}
     calls = {"fetch": 0, "notify": 0}
     dr = run_dag(
-        _two_tool_dag(f"security_forms_{shape.replace('-', '_')}", calls, results[shape], _snapshot(base, stored))
+        _two_tool_dag(f"security_forms_{shape.replace('-', '_')}", calls, results[shape], _snapshot(cache_base, stored))
     )
     out = capfd.readouterr().out
     assert dr.state == "success"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
@@ -14,7 +13,7 @@ from tests.helpers.view import view_client, view_query
 
 from airflow_pydantic_ai.durable import TaskIdentity
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 SECRET = f"sk-registered-{uuid.uuid4().hex}"
 
@@ -24,13 +23,10 @@ def notify_team(ticket_id: int) -> str:
     raise ConnectionError(f"chat API down (token {SECRET})")
 
 
-def test_the_view_says_how_the_latest_try_failed_with_secrets_masked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_view_says_how_the_latest_try_failed_with_secrets_masked() -> None:
     from airflow.sdk import DAG, task
     from airflow.sdk.log import mask_secret
 
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path / 'cache'}")
     mask_secret(SECRET)
     with DAG(f"latest_try_{uuid.uuid4().hex[:8]}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
 
