@@ -8,13 +8,12 @@ REST API of a real api-server with the flag either way.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from packaging.version import Version
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import clear_and_rerun, run_dag
+from tests.helpers.airflow_run import clear_and_rerun, make_dag, run_dag
 from tests.helpers.compat import airflow_version
 from tests.helpers.operator_runs import CALLS, fetch_ticket, summaries
 
@@ -42,17 +41,9 @@ def notify_team(ticket_id: int) -> str:
 
 
 def _dag(dag_id: str, **operator_kwargs: Any):
-    from airflow.sdk import DAG
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 0, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag(dag_id, retries=0) as dag:
         AgentOperator(
             task_id="triage",
             prompt="Triage ticket 42.",
@@ -107,8 +98,6 @@ def test_on_clear_option_applies_and_the_argument_wins(capfd, monkeypatch):
 
 
 def test_a_retry_is_not_a_clear_even_with_on_clear_fresh(capfd):
-    from airflow.sdk import DAG
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     def flaky_notify(ticket_id: int) -> str:
@@ -120,12 +109,7 @@ def test_a_retry_is_not_a_clear_even_with_on_clear_fresh(capfd):
             raise ConnectionError("chat API down (first try only)")
         return "posted"
 
-    with DAG(
-        dag_id="retry_with_on_clear_fresh",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag("retry_with_on_clear_fresh") as dag:
         AgentOperator(
             task_id="triage",
             prompt="Triage ticket 42.",

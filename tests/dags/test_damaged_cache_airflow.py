@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import datetime, timedelta
 from typing import Any
 
 from tests.helpers.damage import DAMAGES, PROMPT, build_agent, entries_on_disk, expected_output
@@ -30,8 +29,8 @@ AIRFLOW_DAMAGES = (
 
 
 def test_damaged_entries_between_two_airflow_tries(airflow_db, cache_base, capfd):
-    from airflow.sdk import DAG, get_current_context
-    from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+    from airflow.sdk import get_current_context
+    from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
@@ -57,12 +56,7 @@ def test_damaged_entries_between_two_airflow_tries(airflow_db, cache_base, capfd
             DAMAGES[name](victim, entries[("tool", fetches)])
             victims[name] = victim.name
 
-    with DAG(
-        dag_id="faults_damaged_cache",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag("faults_damaged_cache") as dag:
         AgentOperator(task_id="triage", prompt=PROMPT, agent=agent, durable=True, on_retry_callback=damage)
     dr = run_dag(dag)
     out = capfd.readouterr().out

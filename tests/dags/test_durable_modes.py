@@ -4,7 +4,6 @@ runs live over a recorded cache, replay with nothing recorded fails at once, kee
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
@@ -51,16 +50,9 @@ def _fresh_counts() -> None:
 
 
 def _dag(dag_id: str, retries: int = 1, **operator: Any) -> Any:
-    from airflow.sdk import DAG
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": retries, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag(dag_id, retries=retries) as dag:
         AgentOperator(task_id="triage", prompt="Triage ticket 42.", agent=_agent(), **operator)
     return dag
 

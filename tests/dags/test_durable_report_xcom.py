@@ -4,12 +4,11 @@ failed try too; the report line in the task log."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
@@ -30,18 +29,6 @@ def notify_team(ticket_id: int) -> str:
     if _try_number() == 1:
         raise ConnectionError("chat API down (first try only)")
     return "posted"
-
-
-def make_dag(dag_id: str, retries: int):
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": retries, "retry_delay": timedelta(0)},
-    )
 
 
 def test_a_downstream_task_reads_the_report_of_the_try_that_succeeded(capfd):

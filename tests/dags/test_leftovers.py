@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states
+from tests.helpers.airflow_run import make_dag, run_dag, task_states
 from tests.helpers.durable import stored_entries
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
@@ -30,18 +28,6 @@ def notify_team(ticket_id: int) -> str:
 
 def _model_down(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     raise ConnectionError("model endpoint down")
-
-
-def make_dag(dag_id: str, retries: int):
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": retries, "retry_delay": timedelta(0)},
-    )
 
 
 def test_a_try_that_writes_nothing_leaves_no_empty_folders(capfd, cache_base):

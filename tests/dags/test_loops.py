@@ -11,13 +11,12 @@ import argparse
 import json
 import re
 from collections import Counter
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from packaging.version import Version
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag
+from tests.helpers.airflow_run import make_dag, run_dag
 from tests.helpers.compat import airflow_version
 
 pytestmark = [
@@ -71,17 +70,11 @@ def notify_team(ticket_id: int) -> str:
 def looped_dag(dag_id: str, *, terminal_after_failure: bool = False):
     """Three iterations of a group holding one durable agent task (and, optionally, a terminal task that
     runs whatever the agent task's state, so that an iteration that failed for good does not end the loop)."""
-    from airflow.sdk import DAG, task, task_group
+    from airflow.sdk import task, task_group
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag(dag_id) as dag:
 
         @task_group
         def triage_round() -> Any:
@@ -242,18 +235,12 @@ def _only_run_id(dag_id: str) -> str:
 
 def test_each_map_index_of_each_iteration_has_its_own_cache(capfd, cache_base):
     """A mapped agent task inside a loop: Airflow gives each iteration's expansion a region of its own."""
-    from airflow.sdk import DAG, task_group
+    from airflow.sdk import task_group
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     FAILS["once"] = {1}
-    with DAG(
-        dag_id="e2e_looped_mapped",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag("e2e_looped_mapped") as dag:
 
         @task_group
         def triage_round() -> Any:

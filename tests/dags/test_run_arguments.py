@@ -8,13 +8,12 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from pydantic_ai import RunContext
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
@@ -69,18 +68,6 @@ def _fresh_counts() -> None:
     CALLS.clear()
     EVENTS.clear()
     LOOKED_UP.clear()
-
-
-def make_dag(dag_id: str):
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    )
 
 
 def test_deps_reach_tools_and_a_replayed_tool_does_not_touch_them(capfd):

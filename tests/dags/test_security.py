@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag
+from tests.helpers.airflow_run import make_dag, run_dag
 from tests.helpers.compat import clear_fernet_cache
 from tests.helpers.durable import stored_entries, unpack
 
@@ -60,16 +59,10 @@ def _flaky_notify(calls: dict[str, int]) -> Any:
 
 def _agent_dag(dag_id: str, tools: list[Any], on_retry: Any):
     """One durable TestModel agent with ``tools``, one retry."""
-    from airflow.sdk import DAG
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag(dag_id) as dag:
         AgentOperator(
             task_id="agent",
             prompt="Check customer 7.",

@@ -1,16 +1,16 @@
-"""What the AgentOperator tests under dag.test() share: the tools, the DAG factory, the summary lines and the
-files a run leaves (tests/dags/test_operator_*.py; their cache folder is the ``cache_base`` fixture of
-tests/dags/conftest.py)."""
+"""What the AgentOperator tests under dag.test() share (tests/dags/test_operator_*.py): the tools, the summary
+lines and the files a run leaves. Their cache folder is the ``cache_base`` fixture of tests/dags/conftest.py;
+``make_dag`` and ``current_try`` are tests/helpers/airflow_run.py's, named here too."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai.toolsets import FunctionToolset
+from tests.helpers.airflow_run import current_try, make_dag
 
 __all__ = [
     "CALLS",
@@ -33,12 +33,6 @@ SUMMARY = re.compile(
 CALLS: Counter[str] = Counter()
 
 
-def current_try() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
-
-
 def fetch_ticket(ticket_id: int) -> dict:
     """Fetch a ticket."""
     CALLS["fetch_ticket"] += 1
@@ -55,18 +49,6 @@ def notify_team(ticket_id: int) -> str:
 
 def tools() -> FunctionToolset[Any]:
     return FunctionToolset([fetch_ticket, notify_team])
-
-
-def make_dag(dag_id: str, **default_args: Any):
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(0), **default_args},
-    )
 
 
 def summaries(text: str) -> list[tuple[int, ...]]:

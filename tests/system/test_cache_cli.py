@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states
+from tests.helpers.airflow_run import make_dag, run_dag, task_states
 from tests.helpers.compat import airflow_reads_provider_cli
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -120,14 +120,7 @@ def _agent_task(task_id: str, fail_on_try: int | None, **kwargs: Any) -> Any:
 
 
 def _dag(dag_id: str, retries: int = 0, on_retry_callback: Any = None) -> Any:
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": retries, "retry_delay": timedelta(0), "on_retry_callback": on_retry_callback},
-    )
+    return make_dag(dag_id, retries=retries, on_retry_callback=on_retry_callback)
 
 
 def _set_state(dag_id: str, run_id: str, task_id: str, state: str) -> None:

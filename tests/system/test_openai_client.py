@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, xcom_value
+from tests.helpers.airflow_run import make_dag, run_dag, xcom_value
 from tests.helpers.openai_server import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -24,7 +23,7 @@ def _script(request: dict[str, Any]) -> dict[str, Any]:
 # "pydanticai" is common.ai's connection type: a DAG that names such a connection runs unchanged here.
 @pytest.mark.parametrize("conn_type", ["pydantic_ai", "pydanticai"])
 def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_path, capfd, conn_type):
-    from airflow.sdk import DAG, get_current_context
+    from airflow.sdk import get_current_context
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
@@ -55,12 +54,7 @@ def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_p
             ),
         )
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
-        with DAG(
-            dag_id=f"e2e_openai_client_{conn_type}",
-            schedule=None,
-            start_date=datetime(2026, 1, 1),
-            default_args={"retries": 1, "retry_delay": timedelta(0)},
-        ) as dag:
+        with make_dag(f"e2e_openai_client_{conn_type}") as dag:
             AgentOperator(
                 task_id="triage",
                 prompt="Triage ticket 42 and tell the team.",
@@ -94,7 +88,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_over_the_real_client(mon
     """notify_team asks for a retry on try 1 with agent retries=0: try 1 fails, and try 2 must succeed as the
     same task without durable does. The answer is asked again; its fetch_ticket call is the same call in the
     same conversation (only the response's per-call stamps differ), so it replays instead of running twice."""
-    from airflow.sdk import DAG, get_current_context
+    from airflow.sdk import get_current_context
     from pydantic_ai import ModelRetry
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
@@ -130,12 +124,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_over_the_real_client(mon
             ),
         )
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
-        with DAG(
-            dag_id="e2e_openai_transient_retry",
-            schedule=None,
-            start_date=datetime(2026, 1, 1),
-            default_args={"retries": 1, "retry_delay": timedelta(0)},
-        ) as dag:
+        with make_dag("e2e_openai_transient_retry") as dag:
             for task_id, durable in (("durable", True), ("plain", False)):
                 AgentOperator(
                     task_id=task_id,

@@ -6,20 +6,19 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states
+from tests.helpers.airflow_run import make_dag, run_dag, task_states
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.s3
 
 
 def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, monkeypatch, capfd):
-    from airflow.sdk import DAG, get_current_context
+    from airflow.sdk import get_current_context
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
@@ -42,12 +41,7 @@ def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, mo
     def snapshot(context: Any) -> None:
         keys_between_tries.extend(s3_bucket.list_keys())
 
-    with DAG(
-        dag_id="s3.cache-dag",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag("s3.cache-dag") as dag:
         AgentOperator(
             task_id="triage",
             prompt="Triage 42.",
