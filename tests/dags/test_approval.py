@@ -12,7 +12,7 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
 from tests.helpers.compat import dagbag_api, requires_approval_parking
 from tests.helpers.hitl_api import HitlApi, Responder, choose, refs_in, rendered_request, sweep_timeouts_after
 
@@ -65,17 +65,11 @@ def emailer_model(
                     for n in range(1, per_round + 1)
                 ]
             )
-        if fail_final_on_try is not None and _try_number() == fail_final_on_try:
+        if fail_final_on_try is not None and current_try() == fail_final_on_try:
             raise ConnectionError("model API down (this try only)")
         return ModelResponse(parts=[TextPart("Done: " + " | ".join(MODEL["seen"]))])
 
     return FunctionModel(answer)
-
-
-def _try_number() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
 
 
 def send_email(to: str, body: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import clear_and_rerun, make_dag, run_dag
+from tests.helpers.airflow_run import clear_and_rerun, current_try, make_dag, run_dag
 from tests.helpers.compat import airflow_version
 from tests.helpers.operator_runs import CALLS, fetch_ticket, summaries
 
@@ -102,10 +102,9 @@ def test_a_retry_is_not_a_clear_even_with_on_clear_fresh(capfd):
 
     def flaky_notify(ticket_id: int) -> str:
         """Notify the team; fails on the first try."""
-        from airflow.sdk import get_current_context
 
         CALLS["notify_team"] += 1
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("chat API down (first try only)")
         return "posted"
 

@@ -29,8 +29,7 @@ AIRFLOW_DAMAGES = (
 
 
 def test_damaged_entries_between_two_airflow_tries(airflow_db, cache_base, capfd):
-    from airflow.sdk import get_current_context
-    from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
+    from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
@@ -40,7 +39,7 @@ def test_damaged_entries_between_two_airflow_tries(airflow_db, cache_base, capfd
 
     @agent.output_validator
     def fail_on_first_try(output: str) -> str:
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise RuntimeError("result store unavailable (first try only)")
         return output
 

@@ -11,23 +11,17 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 CALLS: Counter[str] = Counter()
 
 
-def _try_number() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
-
-
 def fetch_ticket(ticket_id: int) -> dict:
     """Fetch a ticket; the helpdesk is down on the first try."""
     CALLS["fetch_ticket"] += 1
-    if _try_number() == 1:
+    if current_try() == 1:
         raise ConnectionError("helpdesk down (first try only)")
     return {"id": ticket_id}
 

@@ -8,15 +8,9 @@ from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
-
-
-def _try_number() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
 
 
 def fetch_ticket(ticket_id: int) -> dict:
@@ -26,7 +20,7 @@ def fetch_ticket(ticket_id: int) -> dict:
 
 def notify_team(ticket_id: int) -> str:
     """Notify the team; fails on the first try."""
-    if _try_number() == 1:
+    if current_try() == 1:
         raise ConnectionError("chat API down (first try only)")
     return "posted"
 

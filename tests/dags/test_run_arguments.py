@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic_ai import RunContext
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
@@ -28,12 +28,6 @@ class Desk:
 
     team: str
     seen: list[int] = field(default_factory=list)
-
-
-def _try_number() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
 
 
 LOOKED_UP = threading.Event()
@@ -55,7 +49,7 @@ def escalate(ctx: RunContext[Desk], ticket_id: int) -> str:
     depend on which thread won (it did not, now and then, under pydantic-ai 2.62).
     """
     CALLS["escalate"] += 1
-    if _try_number() == 1:
+    if current_try() == 1:
         LOOKED_UP.wait(timeout=10)
         time.sleep(0.5)  # and the event loop has handed lookup's result on
         raise ConnectionError("pager down (first try only)")
@@ -114,7 +108,7 @@ def test_deps_pass_through_the_decorator(capfd):
 
 
 async def record_events(ctx: RunContext[Any], events: Any) -> None:
-    kinds = EVENTS.setdefault(_try_number(), [])
+    kinds = EVENTS.setdefault(current_try(), [])
     async for event in events:
         kinds.append(type(event).__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import make_dag, run_dag
+from tests.helpers.airflow_run import current_try, make_dag, run_dag
 from tests.helpers.compat import clear_fernet_cache
 from tests.helpers.durable import stored_entries, unpack
 
@@ -47,10 +47,9 @@ def _two_tool_dag(dag_id: str, calls: dict[str, int], result: Any, on_retry: Any
 def _flaky_notify(calls: dict[str, int]) -> Any:
     def notify(customer_id: int) -> str:
         """Notify; down on the first try."""
-        from airflow.sdk import get_current_context
 
         calls["notify"] += 1
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("down")
         return "ok"
 

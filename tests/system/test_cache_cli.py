@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import make_dag, run_dag, task_states
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states
 from tests.helpers.compat import airflow_reads_provider_cli
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -95,8 +95,6 @@ class CLIResult:
 
 
 def _agent_task(task_id: str, fail_on_try: int | None, **kwargs: Any) -> Any:
-    from airflow.sdk import get_current_context
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     def fetch_ticket(ticket_id: int) -> dict[str, Any]:
@@ -105,7 +103,7 @@ def _agent_task(task_id: str, fail_on_try: int | None, **kwargs: Any) -> Any:
 
     def notify_team(ticket_id: int) -> str:
         """Notify the team."""
-        if fail_on_try is not None and get_current_context()["ti"].try_number <= fail_on_try:
+        if fail_on_try is not None and current_try() <= fail_on_try:
             raise ConnectionError("chat API down")
         return "posted"
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RequestUsage
-from tests.helpers.airflow_run import make_dag, run_dag, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, xcom_value
 from tests.helpers.openai_server import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -31,15 +31,13 @@ def _price(model: str, input_tokens: int, output_tokens: int) -> float:
 
 @pytest.mark.parametrize("model, priced", [("gpt-4o", True), ("acme-local-7b", False)])
 def test_cost_live_and_saved_for_a_priced_and_an_unpriced_model(monkeypatch, tmp_path, model, priced):
-    from airflow.sdk import get_current_context
-
     from airflow_pydantic_ai.durability import open_cache_base, task_identity
     from airflow_pydantic_ai.durable import CacheReader
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     def notify_team(ticket_id: int) -> str:
         """Notify the team; down on the first try."""
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("chat API down")
         return "posted"
 

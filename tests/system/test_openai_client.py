@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import make_dag, run_dag, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, xcom_value
 from tests.helpers.openai_server import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -23,8 +23,6 @@ def _script(request: dict[str, Any]) -> dict[str, Any]:
 # "pydanticai" is common.ai's connection type: a DAG that names such a connection runs unchanged here.
 @pytest.mark.parametrize("conn_type", ["pydantic_ai", "pydanticai"])
 def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_path, capfd, conn_type):
-    from airflow.sdk import get_current_context
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     calls = {"fetch_ticket": 0, "notify_team": 0}
@@ -37,7 +35,7 @@ def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_p
     def notify_team(ticket_id: int) -> str:
         """Notify the team; down on the first try."""
         calls["notify_team"] += 1
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("chat API down")
         return "posted"
 
@@ -107,7 +105,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_over_the_real_client(mon
     def notify_team(ticket_id: int) -> str:
         """Notify the team; rate limited on the first try."""
         count("notify_team")
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ModelRetry("rate limited (HTTP 429)")
         return "posted"
 

@@ -11,15 +11,13 @@ from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import make_dag, run_dag, task_states
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.s3
 
 
 def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, monkeypatch, capfd):
-    from airflow.sdk import get_current_context
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", s3_bucket.url("agent-cache"))
@@ -34,7 +32,7 @@ def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, mo
     def notify_team(ticket_id: int) -> str:
         """Notify."""
         calls["notify"] += 1
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("down")
         return "posted"
 
