@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -15,14 +14,10 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
 from tests.helpers.compat import dagbag_api, requires_approval_parking
 from tests.helpers.hitl_api import HitlApi, Responder, choose, refs_in, rendered_request, sweep_timeouts_after
+from tests.helpers.task_logs import summaries
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 PARKS = requires_approval_parking()
-
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
 
 CALLS: Counter[str] = Counter()
 MODEL: dict[str, Any] = {"requests": 0, "seen": []}
@@ -96,10 +91,6 @@ def mail_dag(dag_id: str, retries: int = 1, **operator_kwargs: Any):
             **operator_kwargs,
         )
     return dag
-
-
-def summaries(text: str) -> list[tuple[int, ...]]:
-    return [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(text)]
 
 
 @PARKS

@@ -4,18 +4,12 @@ local store without Airflow, one damage at a time: tests/unit/test_faults_damage
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
 from tests.helpers.damage import DAMAGES, PROMPT, build_agent, entries_on_disk, expected_output
 from tests.helpers.durable import unpack
-
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
-
+from tests.helpers.task_logs import summaries
 
 AIRFLOW_DAMAGES = (
     "truncated",
@@ -70,9 +64,8 @@ def test_damaged_entries_between_two_airflow_tries(airflow_db, cache_base, capfd
         assert warned, f"{damage_kind}: no warning names {name}"
         assert all("[warning" in line and "will run live" in line for line in warned), warned
     # Try 1 recorded every step (its output failed validation); try 2: the damaged fetches ran live.
-    summaries = [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(out)]
     model_steps = fetches + 2  # fetches, notify, final answer
-    assert summaries == [
+    assert summaries(out) == [
         (0, 0, 0, model_steps + fetches + 1, model_steps, fetches + 1),
         (model_steps + 2, model_steps, 2, len(AIRFLOW_DAMAGES), 0, len(AIRFLOW_DAMAGES)),
     ]

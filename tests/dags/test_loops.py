@@ -18,6 +18,7 @@ from packaging.version import Version
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import make_dag, run_dag
 from tests.helpers.compat import airflow_version
+from tests.helpers.task_logs import SUMMARY, summaries
 
 pytestmark = [
     pytest.mark.usefixtures("airflow_db", "cache_base"),
@@ -27,10 +28,6 @@ pytestmark = [
     ),
 ]
 
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
 CALLS: Counter[tuple[str, int]] = Counter()
 """(tool, loop iteration) -> calls."""
 FAILS: dict[str, set[int]] = {"once": set(), "always": set()}
@@ -266,7 +263,7 @@ def test_each_map_index_of_each_iteration_has_its_own_cache(capfd, cache_base):
     ]
     assert len({region for iteration, _, region in places if iteration == "0"}) == 1
     assert len({region for _, _, region in places}) == 2, "a region per iteration, shared by its map indexes"
-    found = [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(out)]
+    found = summaries(out)
     clean, failed, replayed = (0, 0, 0, 4, 2, 2), (0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)
     assert sorted(found) == sorted([clean, clean, failed, failed, replayed, replayed])
     assert CALLS[("fetch_ticket", 1)] == 2, "each map index of iteration 1 replayed its own fetch_ticket"

@@ -3,7 +3,6 @@ and the templated ``durable_cache_path``; under real Airflow runs (dag.test() wi
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import Counter
@@ -14,10 +13,10 @@ import pytest
 from pydantic_ai import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
+from tests.helpers.task_logs import summaries
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
-SUMMARY = re.compile(r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\)")
 CALLS: Counter[str] = Counter()
 EVENTS: dict[int, list[str]] = {}
 
@@ -85,7 +84,7 @@ def test_deps_reach_tools_and_a_replayed_tool_does_not_touch_them(capfd):
     # Try 2 replays the model's answer and lookup's result: lookup did not run again, so it did not
     # touch deps again, while escalate (live on both tries) read deps each time.
     assert CALLS == {"lookup": 1, "escalate": 2}
-    assert [m.groups() for m in SUMMARY.finditer(out)][-1] == ("2", "1", "1")
+    assert summaries(out)[-1][:3] == (2, 1, 1)
     result = xcom_value(dr, "triage")
     assert "belongs to payments" in result
     assert "escalated to payments" in result
@@ -131,7 +130,7 @@ def test_event_stream_handler_sees_live_and_replayed_steps(capfd):
 
     assert dr.state == "success", out[-3000:]
     assert CALLS == {"lookup": 1, "escalate": 2}
-    assert [m.groups() for m in SUMMARY.finditer(out)][-1] == ("2", "1", "1")
+    assert summaries(out)[-1][:3] == (2, 1, 1)
     live, replayed = EVENTS[1], EVENTS[2]
     # Try 1 streams the live answer; try 2 gets the recorded answer as a completed stream whose part
     # events are rebuilt, and tool events for the replayed call as for a live one.

@@ -4,13 +4,13 @@ lines and the files a run leaves. Their cache folder is the ``cache_base`` fixtu
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import current_try, make_dag
+from tests.helpers.task_logs import SUMMARY, summaries
 
 __all__ = [
     "CALLS",
@@ -24,11 +24,6 @@ __all__ = [
     "summaries",
     "tools",
 ]
-
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
 
 CALLS: Counter[str] = Counter()
 
@@ -49,10 +44,6 @@ def notify_team(ticket_id: int) -> str:
 
 def tools() -> FunctionToolset[Any]:
     return FunctionToolset([fetch_ticket, notify_team])
-
-
-def summaries(text: str) -> list[tuple[int, ...]]:
-    return [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(text)]
 
 
 def files_under(path: Path) -> list[Path]:

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from tests.helpers.compat import keep_task_state_to_resume
 from tests.helpers.standalone import AirflowCluster
+from tests.helpers.task_logs import log_events, summaries
 
 CHROMIUM = Path(os.environ.get("AIRFLOW_PYDANTIC_AI_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -71,11 +72,6 @@ SCREENSHOTS = (
     Path(os.environ.get("AIRFLOW_PYDANTIC_AI_SCREENSHOTS", ""))
     if os.environ.get("AIRFLOW_PYDANTIC_AI_SCREENSHOTS")
     else None
-)
-
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
 )
 
 
@@ -140,14 +136,7 @@ class Site:
         return [(tool, int(number)) for tool, number in (line.split() for line in lines)]
 
     def summaries(self, run_id: str, try_number: int) -> list[tuple[int, ...]]:
-        path = self.cluster.task_log(DAG_ID, run_id, TASK_ID, try_number)
-        events = []
-        for line in path.read_text().splitlines():
-            try:
-                events.append(str(json.loads(line).get("event", "")))
-            except (json.JSONDecodeError, AttributeError):
-                events.append(line)
-        return [tuple(int(group) for group in match.groups()) for event in events if (match := SUMMARY.search(event))]
+        return summaries(log_events(self.cluster.task_log(DAG_ID, run_id, TASK_ID, try_number)))
 
 
 @pytest.fixture(scope="module")
