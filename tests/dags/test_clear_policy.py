@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 from packaging.version import Version
-from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import clear_and_rerun, current_try, make_dag, run_dag
 from tests.helpers.compat import airflow_version
-from tests.helpers.operator_runs import CALLS, fetch_ticket, summaries
+from tests.helpers.operator_runs import CALLS, durable_operator, fetch_ticket, summaries
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
@@ -41,17 +40,8 @@ def notify_team(ticket_id: int) -> str:
 
 
 def _dag(dag_id: str, **operator_kwargs: Any):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag(dag_id, retries=0) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-            **operator_kwargs,
-        )
+        durable_operator(fetch_ticket, notify_team, **operator_kwargs)
     return dag
 
 
@@ -98,8 +88,6 @@ def test_on_clear_option_applies_and_the_argument_wins(capfd, monkeypatch):
 
 
 def test_a_retry_is_not_a_clear_even_with_on_clear_fresh(capfd):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     def flaky_notify(ticket_id: int) -> str:
         """Notify the team; fails on the first try."""
 
@@ -109,14 +97,7 @@ def test_a_retry_is_not_a_clear_even_with_on_clear_fresh(capfd):
         return "posted"
 
     with make_dag("retry_with_on_clear_fresh") as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, flaky_notify])],
-            durable=True,
-            on_clear="fresh",
-        )
+        durable_operator(fetch_ticket, flaky_notify, on_clear="fresh")
     dr = run_dag(dag)
     out = capfd.readouterr().out
     assert dr.state == "success"

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
+from tests.helpers.operator_runs import durable_operator
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
@@ -28,16 +29,8 @@ def notify_team(ticket_id: int) -> str:
 def test_a_downstream_task_reads_the_report_of_the_try_that_succeeded(capfd):
     from airflow.sdk import task
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("report_downstream", retries=1) as dag:
-        triage = AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        triage = durable_operator(fetch_ticket, notify_team)
 
         # [START howto_read_durable_report]
         @task
@@ -82,16 +75,8 @@ def _base(out: str) -> str:
 
 
 def test_a_failed_try_pushes_its_report_too():
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("report_failed_try", retries=0) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        durable_operator(fetch_ticket, notify_team)
     dr = run_dag(dag)
 
     assert dr.state == "failed"

@@ -6,9 +6,9 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import make_dag, run_dag, task_states
 from tests.helpers.durable import stored_entries
+from tests.helpers.operator_runs import durable_operator
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
@@ -47,16 +47,8 @@ def test_a_try_that_writes_nothing_leaves_no_empty_folders(capfd, cache_base):
 
 
 def test_a_failed_try_keeps_folders_that_hold_steps(capfd, cache_base):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("leftover_kept", retries=0) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        durable_operator(fetch_ticket, notify_team, prompt="Triage 42.")
     dr = run_dag(dag)
     capfd.readouterr()
     assert dr.state == "failed"
@@ -64,16 +56,8 @@ def test_a_failed_try_keeps_folders_that_hold_steps(capfd, cache_base):
 
 
 def test_last_try_says_the_cache_is_kept_not_that_a_retry_comes(capfd, cache_base):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("leftover_last_try", retries=1) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        durable_operator(fetch_ticket, notify_team, prompt="Triage 42.")
     dr = run_dag(dag)
     out = capfd.readouterr().out
 

@@ -18,6 +18,7 @@ from packaging.version import Version
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import make_dag, run_dag
 from tests.helpers.compat import airflow_version
+from tests.helpers.operator_runs import durable_operator
 from tests.helpers.task_logs import SUMMARY, summaries
 
 pytestmark = [
@@ -69,19 +70,11 @@ def looped_dag(dag_id: str, *, terminal_after_failure: bool = False):
     runs whatever the agent task's state, so that an iteration that failed for good does not end the loop)."""
     from airflow.sdk import task, task_group
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag(dag_id) as dag:
 
         @task_group
         def triage_round() -> Any:
-            agent = AgentOperator(
-                task_id="triage",
-                prompt="Triage ticket 42.",
-                model_id="test",
-                toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-                durable=True,
-            )
+            agent = durable_operator(fetch_ticket, notify_team)
             if not terminal_after_failure:
                 return agent
 

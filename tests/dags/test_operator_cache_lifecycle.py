@@ -7,10 +7,10 @@ import re
 from datetime import datetime
 
 import pytest
-from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 from tests.helpers.operator_runs import (
     CALLS,
+    durable_operator,
     entries_under,
     fetch_ticket,
     files_under,
@@ -71,8 +71,6 @@ def test_unknown_cache_scheme_fails_before_any_model_call(capfd, monkeypatch):
 
 
 def _flaky_notify_dag(dag_id: str, fail: dict[str, bool]):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     def notify_team(ticket_id: int) -> str:
         """Notify the team."""
         CALLS["notify_team"] += 1
@@ -81,13 +79,7 @@ def _flaky_notify_dag(dag_id: str, fail: dict[str, bool]):
         return "posted"
 
     with make_dag(dag_id, retries=0) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        durable_operator(fetch_ticket, notify_team)
     return dag
 
 

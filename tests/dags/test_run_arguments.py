@@ -13,6 +13,7 @@ import pytest
 from pydantic_ai import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
+from tests.helpers.operator_runs import durable_operator
 from tests.helpers.task_logs import summaries
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
@@ -64,18 +65,9 @@ def _fresh_counts() -> None:
 
 
 def test_deps_reach_tools_and_a_replayed_tool_does_not_touch_them(capfd):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     desk = Desk(team="payments")
     with make_dag("e2e_deps") as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([lookup, escalate])],
-            deps=desk,
-            durable=True,
-        )
+        durable_operator(lookup, escalate, deps=desk)
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
@@ -113,18 +105,8 @@ async def record_events(ctx: RunContext[Any], events: Any) -> None:
 
 
 def test_event_stream_handler_sees_live_and_replayed_steps(capfd):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("e2e_event_stream") as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([lookup, escalate])],
-            deps=Desk(team="payments"),
-            event_stream_handler=record_events,
-            durable=True,
-        )
+        durable_operator(lookup, escalate, deps=Desk(team="payments"), event_stream_handler=record_events)
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
@@ -142,16 +124,11 @@ def test_event_stream_handler_sees_live_and_replayed_steps(capfd):
 
 
 def test_durable_cache_path_is_templated(capfd, tmp_path):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("e2e_templated_cache_path") as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([lookup, escalate])],
+        durable_operator(
+            lookup,
+            escalate,
             deps=Desk(team="payments"),
-            durable=True,
             durable_cache_path=f"file://{tmp_path}/per-dag/{{{{ dag.dag_id }}}}",
         )
     dr = run_dag(dag)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
-from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import current_try, make_dag, run_dag
 from tests.helpers.compat import clear_fernet_cache
 from tests.helpers.durable import stored_entries, unpack
+from tests.helpers.operator_runs import durable_operator
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -59,17 +59,8 @@ def _flaky_notify(calls: dict[str, int]) -> Any:
 def _agent_dag(dag_id: str, tools: list[Any], on_retry: Any):
     """One durable TestModel agent with ``tools``, one retry."""
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag(dag_id) as dag:
-        AgentOperator(
-            task_id="agent",
-            prompt="Check customer 7.",
-            model_id="test",
-            toolsets=[FunctionToolset(tools)],
-            durable=True,
-            on_retry_callback=on_retry,
-        )
+        durable_operator(*tools, task_id="agent", prompt="Check customer 7.", on_retry_callback=on_retry)
     return dag
 
 

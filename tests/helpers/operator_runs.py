@@ -5,6 +5,7 @@ lines and the files a run leaves. Their cache folder is the ``cache_base`` fixtu
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ __all__ = [
     "CALLS",
     "SUMMARY",
     "current_try",
+    "durable_operator",
     "entries_under",
     "fetch_ticket",
     "files_under",
@@ -44,6 +46,22 @@ def notify_team(ticket_id: int) -> str:
 
 def tools() -> FunctionToolset[Any]:
     return FunctionToolset([fetch_ticket, notify_team])
+
+
+def durable_operator(
+    *tool_functions: Callable[..., Any], task_id: str = "triage", prompt: str = "Triage ticket 42.", **operator: Any
+) -> Any:
+    """A durable ``AgentOperator`` on pydantic-ai's ``TestModel`` (which calls each tool once, then answers) with
+    these tool functions; ``operator`` adds to or overrides its other arguments. Call it inside a DAG."""
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    return AgentOperator(
+        task_id=task_id,
+        prompt=prompt,
+        model_id="test",
+        toolsets=[FunctionToolset(list(tool_functions))],
+        **{"durable": True, **operator},
+    )
 
 
 def files_under(path: Path) -> list[Path]:

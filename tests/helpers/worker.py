@@ -36,21 +36,15 @@ def notify_team(ticket_id: int) -> str:
 
 def main() -> None:
     from airflow.utils.db import resetdb
-    from pydantic_ai.toolsets import FunctionToolset
     from tests.helpers.airflow_run import clear_and_rerun, make_dag, run_dag
-
-    from airflow_pydantic_ai.operators.agent import AgentOperator
+    from tests.helpers.operator_runs import durable_operator
 
     first_try = os.environ.get("WORKER_TRY", "1") == "1"
     if first_try:
         resetdb()
     with make_dag("cross_worker.dag-1", retries=0) as dag:
-        AgentOperator(
-            task_id="triage.ticket-42",
-            prompt="Triage ticket 42 and notify the team.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
+        durable_operator(
+            fetch_ticket, notify_team, task_id="triage.ticket-42", prompt="Triage ticket 42 and notify the team."
         )
     if first_try:
         dr = run_dag(dag, logical_date=LOGICAL_DATE, run_after=LOGICAL_DATE)

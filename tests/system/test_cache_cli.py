@@ -25,6 +25,7 @@ import pytest
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states
 from tests.helpers.compat import airflow_reads_provider_cli
+from tests.helpers.operator_runs import durable_operator
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -95,8 +96,6 @@ class CLIResult:
 
 
 def _agent_task(task_id: str, fail_on_try: int | None, **kwargs: Any) -> Any:
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     def fetch_ticket(ticket_id: int) -> dict[str, Any]:
         """Fetch a ticket."""
         return {"id": ticket_id, "title": "Login page times out", "password": "hunter2-in-a-tool-result"}
@@ -107,14 +106,7 @@ def _agent_task(task_id: str, fail_on_try: int | None, **kwargs: Any) -> Any:
             raise ConnectionError("chat API down")
         return "posted"
 
-    return AgentOperator(
-        task_id=task_id,
-        prompt="Triage ticket 42.",
-        model_id="test",
-        toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-        durable=True,
-        **kwargs,
-    )
+    return durable_operator(fetch_ticket, notify_team, task_id=task_id, **kwargs)
 
 
 def _dag(dag_id: str, retries: int = 0, on_retry_callback: Any = None) -> Any:
