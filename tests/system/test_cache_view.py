@@ -56,12 +56,7 @@ def _no_browser() -> str:
     return ""
 
 
-pytestmark = [
-    pytest.mark.scheduler,
-    pytest.mark.skipif(
-        os.environ.get("AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER") == "1", reason="AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1"
-    ),
-]
+pytestmark = pytest.mark.scheduler  # skipped when AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1 (conftest.py)
 DAG_FILE = Path(__file__).parent / "dags" / "cache_view_dag.py"
 DAG_ID = "durable_cache_view"  # as in DAG_FILE
 OTHER_DAG_ID = "another_dag"
