@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
+from tests.helpers.airflow_cli import AIRFLOW_BIN
 from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states
 from tests.helpers.compat import airflow_reads_provider_cli
 from tests.helpers.operator_runs import durable_operator
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
-AIRFLOW_BIN = Path(sys.executable).parent / "airflow"
 CONSOLE_SCRIPT = Path(sys.executable).parent / "airflow-pydantic-ai"
 # The commands as users reach them: `airflow pydantic-ai ...`, or the console script on Airflow 3.1,
 # which does not read providers' cli entry.
