@@ -3,7 +3,6 @@ client against a local scripted server: a priced model id gets a real price, an 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -48,10 +47,7 @@ def test_cost_live_and_saved_for_a_priced_and_an_unpriced_model(monkeypatch, tmp
         seen.extend(step.as_row() for step in reader.steps())
 
     with ScriptedOpenAIServer(_script) as server:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LOCAL_OPENAI",
-            json.dumps({"conn_type": "pydantic_ai", "host": server.base_url, "password": "sk-test-key"}),
-        )
+        server.connect(monkeypatch, model=None)
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
         with make_dag(f"cost_{model.replace('-', '_').replace('.', '_')}") as dag:
             AgentOperator(

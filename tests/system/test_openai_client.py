@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -40,17 +39,7 @@ def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_p
         return "posted"
 
     with ScriptedOpenAIServer(_script) as server:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LOCAL_OPENAI",
-            json.dumps(
-                {
-                    "conn_type": conn_type,
-                    "host": server.base_url,
-                    "password": "sk-test-key",
-                    "extra": {"model": "openai-chat:gpt-test"},
-                }
-            ),
-        )
+        server.connect(monkeypatch, conn_type=conn_type)
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
         with make_dag(f"e2e_openai_client_{conn_type}") as dag:
             AgentOperator(
@@ -110,17 +99,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_over_the_real_client(mon
         return "posted"
 
     with ScriptedOpenAIServer(_rate_limited_script) as server:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LOCAL_OPENAI",
-            json.dumps(
-                {
-                    "conn_type": "pydantic_ai",
-                    "host": server.base_url,
-                    "password": "sk-test-key",
-                    "extra": {"model": "openai-chat:gpt-test"},
-                }
-            ),
-        )
+        server.connect(monkeypatch)
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
         with make_dag("e2e_openai_transient_retry") as dag:
             for task_id, durable in (("durable", True), ("plain", False)):

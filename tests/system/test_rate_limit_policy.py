@@ -8,7 +8,6 @@ On Airflow 3.3 (retry policies, no reschedule) it retries after the provider's w
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -61,17 +60,7 @@ def test_a_rate_limited_model_is_waited_out_and_the_recorded_steps_replay(monkey
         return {"content": "Ticket 42 triaged and the team notified."}
 
     with ScriptedOpenAIServer(script) as server:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LOCAL_OPENAI",
-            json.dumps(
-                {
-                    "conn_type": "pydantic_ai",
-                    "host": server.base_url,
-                    "password": "sk-test-key",
-                    "extra": {"model": "openai-chat:gpt-test"},
-                }
-            ),
-        )
+        server.connect(monkeypatch)
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
         # A retry would not come back in time.
         with make_dag("e2e_rate_limit_policy", retry_delay=timedelta(hours=1)) as dag:
