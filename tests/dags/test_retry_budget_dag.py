@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic_ai.usage import UsageLimits
 from tests.helpers.airflow_run import make_dag, run_dag, task_states
-from tests.unit.test_retry_budget import agent_failing_once
+from tests.helpers.weather import agent_failing_once
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 

@@ -7,34 +7,13 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
+from tests.helpers.weather import flaky_agent
 
 from airflow_pydantic_ai.durable.steps.cost import response_cost
 from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION
-
-
-def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """Asks for the lookup, then answers; each request reports 100 input tokens per request so far, 10 output."""
-    requests = sum(isinstance(message, ModelResponse) for message in messages) + 1
-    usage = RequestUsage(input_tokens=100 * requests, output_tokens=10 * requests)
-    if not any(isinstance(part, ToolReturnPart) for message in messages for part in message.parts):
-        return ModelResponse(parts=[ToolCallPart("lookup", {"city": "Paris"}, tool_call_id="c1")], usage=usage)
-    return ModelResponse(parts=[TextPart("sunny")], usage=usage)
-
-
-def flaky_agent(fail_first: list[bool]) -> Agent[Any, str]:
-    agent: Agent[Any, str] = Agent(FunctionModel(_model))
-
-    @agent.tool_plain
-    def lookup(city: str) -> str:
-        if fail_first:
-            fail_first.pop()
-            raise ConnectionError("weather API down")
-        return f"{city}: sunny"
-
-    return agent
 
 
 def _report_line(log: Any) -> dict[str, Any]:
