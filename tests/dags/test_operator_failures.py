@@ -16,6 +16,7 @@ from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 from tests.helpers.operator_runs import (
     CALLS,
     current_try,
+    durable_and_plain_output,
     durable_operator,
     entries_under,
     make_dag,
@@ -153,10 +154,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_testmodel(capfd):
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
-    assert dr.state == "success"
-    states = task_states(dr)
-    assert states[("durable", -1)] == states[("plain", -1)] == ("success", 2)
-    assert xcom_value(dr, "durable") == xcom_value(dr, "plain")
+    durable_and_plain_output(dr)
     assert CALLS["notify_ops:durable"] == CALLS["notify_ops:plain"] == 2
     assert "exceeded max retries count of 0" in out
     assert re.search(
@@ -191,10 +189,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_functionmodel(capfd):
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
-    assert dr.state == "success"
-    states = task_states(dr)
-    assert states[("durable", -1)] == states[("plain", -1)] == ("success", 2)
-    assert xcom_value(dr, "durable") == xcom_value(dr, "plain") == "ops told about ticket 42"
+    assert durable_and_plain_output(dr) == "ops told about ticket 42"
     assert CALLS["notify_ops:durable"] == CALLS["notify_ops:plain"] == 2
     assert CALLS["lookup_ticket:plain"] == 4
     assert CALLS["lookup_ticket:durable"] == 2, "the lookup's retry and answer replay on try 2"

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import current_try, make_dag
+from tests.helpers.airflow_run import current_try, make_dag, task_states, xcom_value
 from tests.helpers.task_logs import SUMMARY, summaries
 
 __all__ = [
     "CALLS",
     "SUMMARY",
     "current_try",
+    "durable_and_plain_output",
     "durable_operator",
     "entries_under",
     "fetch_ticket",
@@ -73,3 +74,14 @@ def entries_under(path: Path) -> list[str]:
     from tests.helpers.durable import stored_entries
 
     return sorted(stored_entries(path)) if path.exists() else []
+
+
+def durable_and_plain_output(dr: Any) -> Any:
+    """Asserts that the run's tasks ``durable`` and ``plain`` (the same agent without durable) both succeeded
+    on try 2 with the same output, and returns that output."""
+    assert dr.state == "success"
+    states = task_states(dr)
+    assert states[("durable", -1)] == states[("plain", -1)] == ("success", 2)
+    output = xcom_value(dr, "durable")
+    assert output == xcom_value(dr, "plain")
+    return output

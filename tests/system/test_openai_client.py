@@ -9,6 +9,7 @@ import pytest
 from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import current_try, make_dag, run_dag, xcom_value
 from tests.helpers.openai_server import ScriptedOpenAIServer
+from tests.helpers.operator_runs import durable_and_plain_output
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -114,12 +115,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_over_the_real_client(mon
         dr = run_dag(dag)
         out = capfd.readouterr().out
 
-    from tests.helpers.airflow_run import task_states
-
-    assert dr.state == "success"
-    states = task_states(dr)
-    assert states[("durable", -1)] == states[("plain", -1)] == ("success", 2)
-    assert xcom_value(dr, "durable") == xcom_value(dr, "plain") == "Ticket 42 triaged and the team notified."
+    assert durable_and_plain_output(dr) == "Ticket 42 triaged and the team notified."
     assert calls["notify_team:durable"] == calls["notify_team:plain"] == 2
     assert calls["fetch_ticket:plain"] == 2
     assert calls["fetch_ticket:durable"] == 1, "the re-asked answer's other call replays"
