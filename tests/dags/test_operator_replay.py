@@ -31,10 +31,8 @@ pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 
 def test_retry_replays_unchanged_steps_and_each_tool_runs_once(capfd, cache_base):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("e2e_unchanged_retry") as dag:
-        AgentOperator(task_id="triage", prompt="Triage ticket 42.", model_id="test", toolsets=[tools()], durable=True)
+        durable_operator(fetch_ticket, notify_team)
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
