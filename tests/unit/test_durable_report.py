@@ -113,7 +113,7 @@ def test_the_report_names_the_changed_components(harness):
 
 
 def test_a_delegates_steps_count_in_the_report(harness):
-    from tests.unit.test_nested_runs import helper_agent, outer_agent
+    from tests.helpers.delegates import helper_agent, outer_agent
 
     outer = outer_agent(helper_agent(flaky={"failures": 1}), topics=[["printer"]])
     with pytest.raises(ConnectionError):
@@ -128,7 +128,7 @@ def test_a_delegates_steps_count_in_the_report(harness):
 
 def test_a_budget_across_tries_covers_a_delegates_requests(harness):
     from pydantic_ai.usage import UsageLimits
-    from tests.unit.test_nested_runs import calls, helper_agent, outer_agent
+    from tests.helpers.delegates import calls, helper_agent, outer_agent
 
     from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
 
