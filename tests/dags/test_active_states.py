@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers.airflow_run import run_dag
+from tests.helpers.airflow_run import make_dag, run_dag
 from tests.helpers.durable import local_store
 from tests.helpers.view import view_client, view_query
 
@@ -43,9 +42,8 @@ def _known(state: str) -> str:
 def identity() -> TaskIdentity:
     """A real task instance (a finished DAG run of one task) whose state each test sets."""
     from airflow.providers.standard.operators.python import PythonOperator
-    from airflow.sdk import DAG
 
-    with DAG(f"active_{uuid.uuid4().hex[:8]}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+    with make_dag(f"active_{uuid.uuid4().hex[:8]}", retries=0) as dag:
         PythonOperator(task_id="agent", python_callable=lambda: None)
     dr = run_dag(dag)
     return TaskIdentity(dag.dag_id, dr.run_id, "agent", -1)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,29 +11,23 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
 from tests.helpers.compat import dagbag_api, requires_approval_parking
 from tests.helpers.hitl_api import HitlApi, Responder, choose, refs_in, rendered_request, sweep_timeouts_after
+from tests.helpers.task_logs import summaries
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 PARKS = requires_approval_parking()
-
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
 
 CALLS: Counter[str] = Counter()
 MODEL: dict[str, Any] = {"requests": 0, "seen": []}
 
 
 @pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def _fresh_counts() -> None:
+    """This module's counts start empty (the cache folder is the dags tier's ``cache_base``)."""
     CALLS.clear()
     MODEL.update(requests=0, seen=[])
-    return base
 
 
 @pytest.fixture(scope="module")
@@ -67,17 +60,11 @@ def emailer_model(
                     for n in range(1, per_round + 1)
                 ]
             )
-        if fail_final_on_try is not None and _try_number() == fail_final_on_try:
+        if fail_final_on_try is not None and current_try() == fail_final_on_try:
             raise ConnectionError("model API down (this try only)")
         return ModelResponse(parts=[TextPart("Done: " + " | ".join(MODEL["seen"]))])
 
     return FunctionModel(answer)
-
-
-def _try_number() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
 
 
 def send_email(to: str, body: str) -> str:
@@ -92,18 +79,10 @@ def email_agent(**model_kwargs: Any) -> Agent[None, str]:
     return agent
 
 
-def make_dag(dag_id: str, retries: int = 1, **operator_kwargs: Any):
-    from airflow.sdk import DAG
-
+def mail_dag(dag_id: str, retries: int = 1, **operator_kwargs: Any):
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": retries, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag(dag_id, retries=retries) as dag:
         AgentOperator(
             task_id="mail",
             prompt="Tell the team the release is out",
@@ -114,13 +93,9 @@ def make_dag(dag_id: str, retries: int = 1, **operator_kwargs: Any):
     return dag
 
 
-def summaries(text: str) -> list[tuple[int, ...]]:
-    return [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(text)]
-
-
 @PARKS
 def test_approved_call_runs_once_and_the_run_completes(api: HitlApi, capfd: pytest.CaptureFixture[str]) -> None:
-    dag = make_dag("approval_approve")
+    dag = mail_dag("approval_approve")
     with Responder(api, "approval_approve", "mail", [choose("Approve all", user="alice")]) as responder:
         dr = run_dag(dag)
     assert dr.state == "success", capfd.readouterr().out[-5000:]
@@ -144,7 +119,7 @@ def test_approved_call_runs_once_and_the_run_completes(api: HitlApi, capfd: pyte
 def test_rejected_call_never_runs_and_the_model_reads_the_reason(
     api: HitlApi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    dag = make_dag("approval_reject", agent=email_agent(secret="tok-5ecret-value"))
+    dag = mail_dag("approval_reject", agent=email_agent(secret="tok-5ecret-value"))
     answer = choose("Reject all", user="alice", reason="Not before the release notes are ready")
     with Responder(api, "approval_reject", "mail", [answer]) as responder:
         dr = run_dag(dag)
@@ -167,7 +142,7 @@ def test_two_rounds_of_approval_in_one_run(api: HitlApi, capfd: pytest.CaptureFi
         [ref] = refs_in(current)
         choose("Approve all", user="alice", **{f"call_{ref}": "approve"})(api, run_id, detail)
 
-    dag = make_dag("approval_rounds", agent=email_agent(rounds=2))
+    dag = mail_dag("approval_rounds", agent=email_agent(rounds=2))
     with Responder(api, "approval_rounds", "mail", [choose("Approve all"), second_round]):
         dr = run_dag(dag)
     out = capfd.readouterr().out
@@ -181,7 +156,7 @@ def test_two_rounds_of_approval_in_one_run(api: HitlApi, capfd: pytest.CaptureFi
 @PARKS
 @pytest.mark.parametrize("on_timeout", ["reject", "fail"])
 def test_approval_timeout(api: HitlApi, on_timeout: str, capfd: pytest.CaptureFixture[str]) -> None:
-    dag = make_dag(
+    dag = mail_dag(
         f"approval_timeout_{on_timeout}",
         retries=0,
         approval_timeout=timedelta(seconds=1),
@@ -209,7 +184,7 @@ def test_approval_timeout(api: HitlApi, on_timeout: str, capfd: pytest.CaptureFi
 def test_retry_after_approval_replays_the_approved_call_without_asking(
     api: HitlApi, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    dag = make_dag("approval_retry", agent=email_agent(fail_final_on_try=1))
+    dag = mail_dag("approval_retry", agent=email_agent(fail_final_on_try=1))
     with Responder(api, "approval_retry", "mail", [choose("Approve all")]) as responder:
         dr = run_dag(dag)
     out = capfd.readouterr().out
@@ -248,7 +223,7 @@ def test_bad_answers_are_refused_or_ignored_and_nothing_runs_twice(
         status["per call"] = api.respond(dag_id, run_id, task_id, body).status_code
         status["twice"] = api.respond(dag_id, run_id, task_id, {"chosen_options": ["Approve all"]}).status_code
 
-    dag = make_dag(
+    dag = mail_dag(
         "approval_bad_input",
         agent=email_agent(per_round=2),
         approval_assigned_users=[{"id": "alice", "name": "alice"}, {"id": "carol", "name": "carol"}],
@@ -274,11 +249,9 @@ def test_bad_answers_are_refused_or_ignored_and_nothing_runs_twice(
 
 
 def test_approval_without_durable_fails_at_the_start(capfd: pytest.CaptureFixture[str]) -> None:
-    from airflow.sdk import DAG
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    with DAG("approval_not_durable", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+    with make_dag("approval_not_durable", retries=0) as dag:
         AgentOperator(task_id="mail", prompt="Tell the team", agent=email_agent())
     dr = run_dag(dag)
     assert dr.state == "failed"

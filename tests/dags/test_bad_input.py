@@ -16,7 +16,7 @@ from tests.helpers.bad_config import (
     FIX_HINT,
     assert_failed_at_start,
     immutable,
-    make_dag,
+    recording_dag,
     reset,  # noqa: F401 - an autouse fixture: imported, it applies here
 )
 
@@ -43,7 +43,7 @@ def test_bad_cache_path_in_the_config_fails_at_start(case, tmp_path, monkeypatch
     url, needles = ENV_CASES[case]
     (tmp_path / "a-file").write_text("a regular file where a folder should be")
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", url.format(tmp=tmp_path))
-    dr = run_dag(make_dag(f"bad_input_env_{case.replace('-', '_')}", {"agent": None}))
+    dr = run_dag(recording_dag(f"bad_input_env_{case.replace('-', '_')}", {"agent": None}))
     out = capfd.readouterr().out
     assert dr.state == "failed"
     assert_failed_at_start(dr, out, "agent", *needles)
@@ -51,7 +51,7 @@ def test_bad_cache_path_in_the_config_fails_at_start(case, tmp_path, monkeypatch
 
 def test_unknown_storage_errors_mode_fails_at_start(monkeypatch, capfd):
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_STORAGE_ERRORS", "bogus")
-    dr = run_dag(make_dag("bad_input_storage_errors", {"agent": None}))
+    dr = run_dag(recording_dag("bad_input_storage_errors", {"agent": None}))
     out = capfd.readouterr().out
     assert dr.state == "failed"
     assert_failed_at_start(dr, out, "agent", "durable_storage_errors", "'bogus'", "warn", "fail")
@@ -60,7 +60,7 @@ def test_unknown_storage_errors_mode_fails_at_start(monkeypatch, capfd):
 @pytest.mark.parametrize("value", ["soon", "-5", "0"])
 def test_bad_storage_timeout_fails_at_start(monkeypatch, capfd, value):
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_STORAGE_TIMEOUT", value)
-    dr = run_dag(make_dag(f"bad_input_timeout_{value.strip('-')}", {"agent": None}))
+    dr = run_dag(recording_dag(f"bad_input_timeout_{value.strip('-')}", {"agent": None}))
     out = capfd.readouterr().out
     assert dr.state == "failed"
     assert_failed_at_start(dr, out, "agent", "durable_storage_timeout", "seconds")
@@ -69,7 +69,7 @@ def test_bad_storage_timeout_fails_at_start(monkeypatch, capfd, value):
 def test_a_config_error_is_not_fixed_by_retrying(monkeypatch, capfd):
     """With retries, each try fails the same way at its start; no try reaches the model."""
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", "s4://bucket/prefix")
-    dr = run_dag(make_dag("bad_input_retried", {"agent": None}, retries=2))
+    dr = run_dag(recording_dag("bad_input_retried", {"agent": None}, retries=2))
     out = capfd.readouterr().out
     assert dr.state == "failed"
     state, tries = task_states(dr)[("agent", -1)]
@@ -118,7 +118,7 @@ def test_bad_cache_path_overrides_fail_at_start(tmp_path, monkeypatch, capfd):
         "immutable_parent": ["cannot create the folder", "Operation not permitted"],
     }
     with immutable(locked):
-        dr = run_dag(make_dag("bad_input_overrides", tasks))
+        dr = run_dag(recording_dag("bad_input_overrides", tasks))
     out = capfd.readouterr().out
     assert dr.state == "failed"
     for task_id, needles in expected.items():
@@ -130,7 +130,7 @@ def test_bad_cache_path_overrides_fail_at_start(tmp_path, monkeypatch, capfd):
 
 
 def test_unparseable_url_names_the_option(capfd):
-    dr = run_dag(make_dag("bad_input_ipv6", {"agent": "s3://[bucket/prefix"}))
+    dr = run_dag(recording_dag("bad_input_ipv6", {"agent": "s3://[bucket/prefix"}))
     out = capfd.readouterr().out
     assert dr.state == "failed"
     assert_failed_at_start(dr, out, "agent", "durable_cache_path")
@@ -138,7 +138,7 @@ def test_unparseable_url_names_the_option(capfd):
 
 def test_file_url_with_a_relative_path_is_rejected(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
-    dr = run_dag(make_dag("bad_input_file_relative", {"agent": "file://relative/cache"}))
+    dr = run_dag(recording_dag("bad_input_file_relative", {"agent": "file://relative/cache"}))
     out = capfd.readouterr().out
     assert not (tmp_path / "relative").exists(), "a cache appeared under the current directory"
     assert dr.state == "failed"

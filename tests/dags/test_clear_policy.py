@@ -8,18 +8,15 @@ REST API of a real api-server with the flag either way.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from packaging.version import Version
-from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import clear_and_rerun, run_dag
+from tests.helpers.airflow_run import clear_and_rerun, current_try, make_dag, run_dag
 from tests.helpers.compat import airflow_version
-from tests.helpers.operator_runs import CALLS, fetch_ticket, summaries
+from tests.helpers.operator_runs import CALLS, durable_operator, fetch_ticket, summaries
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 ASKS_THE_PERSON = airflow_version() >= Version("3.4")
 only_where_nobody_asks = pytest.mark.skipif(
@@ -29,10 +26,9 @@ FAIL = {"now": True}
 
 
 @pytest.fixture(autouse=True)
-def cache_base(cache_base: Path) -> Path:
-    """The dags tier's cache base (tests/dags/conftest.py, which clears CALLS), with the chat API down again."""
+def _chat_api_down() -> None:
+    """The chat API is down again (the cache folder is the dags tier's ``cache_base``, which clears CALLS)."""
     FAIL["now"] = True
-    return cache_base
 
 
 def notify_team(ticket_id: int) -> str:
@@ -44,25 +40,8 @@ def notify_team(ticket_id: int) -> str:
 
 
 def _dag(dag_id: str, **operator_kwargs: Any):
-    from airflow.sdk import DAG
-
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 0, "retry_delay": timedelta(0)},
-    ) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-            **operator_kwargs,
-        )
+    with make_dag(dag_id, retries=0) as dag:
+        durable_operator(fetch_ticket, notify_team, **operator_kwargs)
     return dag
 
 
@@ -109,33 +88,16 @@ def test_on_clear_option_applies_and_the_argument_wins(capfd, monkeypatch):
 
 
 def test_a_retry_is_not_a_clear_even_with_on_clear_fresh(capfd):
-    from airflow.sdk import DAG
-
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     def flaky_notify(ticket_id: int) -> str:
         """Notify the team; fails on the first try."""
-        from airflow.sdk import get_current_context
 
         CALLS["notify_team"] += 1
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("chat API down (first try only)")
         return "posted"
 
-    with DAG(
-        dag_id="retry_with_on_clear_fresh",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, flaky_notify])],
-            durable=True,
-            on_clear="fresh",
-        )
+    with make_dag("retry_with_on_clear_fresh") as dag:
+        durable_operator(fetch_ticket, flaky_notify, on_clear="fresh")
     dr = run_dag(dag)
     out = capfd.readouterr().out
     assert dr.state == "success"

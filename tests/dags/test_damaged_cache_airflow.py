@@ -4,19 +4,12 @@ local store without Airflow, one damage at a time: tests/unit/test_faults_damage
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from datetime import datetime, timedelta
 from typing import Any
 
 from tests.helpers.damage import DAMAGES, PROMPT, build_agent, entries_on_disk, expected_output
 from tests.helpers.durable import unpack
-
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
-
+from tests.helpers.task_logs import summaries
 
 AIRFLOW_DAMAGES = (
     "truncated",
@@ -29,21 +22,18 @@ AIRFLOW_DAMAGES = (
 )
 
 
-def test_damaged_entries_between_two_airflow_tries(airflow_db, tmp_path, monkeypatch, capfd):
-    from airflow.sdk import DAG, get_current_context
-    from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+def test_damaged_entries_between_two_airflow_tries(airflow_db, cache_base, capfd):
+    from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
     fetches = len(AIRFLOW_DAMAGES) + 1
     calls: Counter[str] = Counter()
     agent = build_agent(calls, {"fail": False}, fetches=fetches)
 
     @agent.output_validator
     def fail_on_first_try(output: str) -> str:
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise RuntimeError("result store unavailable (first try only)")
         return output
 
@@ -51,7 +41,7 @@ def test_damaged_entries_between_two_airflow_tries(airflow_db, tmp_path, monkeyp
 
     def damage(context: Any) -> None:
         ti = context["ti"]
-        root = base / ti.dag_id / ti.run_id / ti.task_id / "-1"
+        root = cache_base / ti.dag_id / ti.run_id / ti.task_id / "-1"
         unpack(root)  # the failed try packed its entries; damage them one by one, as single entries
         entries = entries_on_disk(root)
         for step, name in enumerate(AIRFLOW_DAMAGES, start=1):
@@ -59,12 +49,7 @@ def test_damaged_entries_between_two_airflow_tries(airflow_db, tmp_path, monkeyp
             DAMAGES[name](victim, entries[("tool", fetches)])
             victims[name] = victim.name
 
-    with DAG(
-        dag_id="faults_damaged_cache",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag("faults_damaged_cache") as dag:
         AgentOperator(task_id="triage", prompt=PROMPT, agent=agent, durable=True, on_retry_callback=damage)
     dr = run_dag(dag)
     out = capfd.readouterr().out
@@ -79,9 +64,8 @@ def test_damaged_entries_between_two_airflow_tries(airflow_db, tmp_path, monkeyp
         assert warned, f"{damage_kind}: no warning names {name}"
         assert all("[warning" in line and "will run live" in line for line in warned), warned
     # Try 1 recorded every step (its output failed validation); try 2: the damaged fetches ran live.
-    summaries = [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(out)]
     model_steps = fetches + 2  # fetches, notify, final answer
-    assert summaries == [
+    assert summaries(out) == [
         (0, 0, 0, model_steps + fetches + 1, model_steps, fetches + 1),
         (model_steps + 2, model_steps, 2, len(AIRFLOW_DAMAGES), 0, len(AIRFLOW_DAMAGES)),
     ]

@@ -9,11 +9,10 @@ which must fail (or the run below would not be the kind of run that catches it).
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from pathlib import Path
 
 import pytest
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -42,15 +41,13 @@ def shown_templates() -> list[str]:
 
 
 def test_every_shown_template_renders_in_a_run_without_a_logical_date() -> None:
-    from airflow.sdk import DAG
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     templates = shown_templates()
     assert any("Summarize the incidents of" in template for template in templates[: -len(STABLE_VALUES)]), (
         "the README's first example has no templated prompt any more: update this test"
     )
-    with DAG(dag_id="doc_templates", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    with make_dag("doc_templates", retries=0) as dag:
         for number, template in enumerate(templates):
             AgentOperator(task_id=f"shown_{number}", prompt=template, model_id="test")
         AgentOperator(task_id="logical_date_only", prompt="Summarize the incidents of {{ ds }}.", model_id="test")

@@ -4,8 +4,6 @@ runs live over a recorded cache, replay with nothing recorded fails at once, kee
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,23 +11,17 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 CALLS: Counter[str] = Counter()
-
-
-def _try_number() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
 
 
 def fetch_ticket(ticket_id: int) -> dict:
     """Fetch a ticket; the helpdesk is down on the first try."""
     CALLS["fetch_ticket"] += 1
-    if _try_number() == 1:
+    if current_try() == 1:
         raise ConnectionError("helpdesk down (first try only)")
     return {"id": ticket_id}
 
@@ -46,24 +38,15 @@ def _agent() -> Agent[Any, Any]:
 
 
 @pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def _fresh_counts() -> None:
+    """This module's counts start empty (the cache folder is the dags tier's ``cache_base``)."""
     CALLS.clear()
-    return base
 
 
 def _dag(dag_id: str, retries: int = 1, **operator: Any) -> Any:
-    from airflow.sdk import DAG
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": retries, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag(dag_id, retries=retries) as dag:
         AgentOperator(task_id="triage", prompt="Triage ticket 42.", agent=_agent(), **operator)
     return dag
 

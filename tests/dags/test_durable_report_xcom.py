@@ -3,21 +3,14 @@ failed try too; the report's readable line in the task log."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
+from tests.helpers.operator_runs import durable_operator
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
-
-
-def _try_number() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 
 def fetch_ticket(ticket_id: int) -> dict:
@@ -27,43 +20,16 @@ def fetch_ticket(ticket_id: int) -> dict:
 
 def notify_team(ticket_id: int) -> str:
     """Notify the team; fails on the first try."""
-    if _try_number() == 1:
+    if current_try() == 1:
         raise ConnectionError("chat API down (first try only)")
     return "posted"
-
-
-@pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    return base
-
-
-def make_dag(dag_id: str, retries: int):
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": retries, "retry_delay": timedelta(0)},
-    )
 
 
 def test_a_downstream_task_reads_the_report_of_the_try_that_succeeded(capfd):
     from airflow.sdk import task
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("report_downstream", retries=1) as dag:
-        triage = AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        triage = durable_operator(fetch_ticket, notify_team)
 
         # [START howto_read_durable_report]
         @task
@@ -113,16 +79,8 @@ def _base(out: str) -> str:
 
 
 def test_a_failed_try_pushes_its_report_too():
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("report_failed_try", retries=0) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        durable_operator(fetch_ticket, notify_team)
     dr = run_dag(dag)
 
     assert dr.state == "failed"

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from pathlib import Path
-
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states
+from tests.helpers.airflow_run import make_dag, run_dag, task_states
 from tests.helpers.durable import stored_entries
+from tests.helpers.operator_runs import durable_operator
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 RETRY_ZERO_HINT = "Durable: this task has retries=0: a retry is what replays the recorded steps"
 LAST_TRY = "Durable: no retry is coming, so the cache at "
@@ -33,25 +30,6 @@ def _model_down(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     raise ConnectionError("model endpoint down")
 
 
-@pytest.fixture
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    return base
-
-
-def make_dag(dag_id: str, retries: int):
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": retries, "retry_delay": timedelta(0)},
-    )
-
-
 def test_a_try_that_writes_nothing_leaves_no_empty_folders(capfd, cache_base):
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
@@ -69,16 +47,8 @@ def test_a_try_that_writes_nothing_leaves_no_empty_folders(capfd, cache_base):
 
 
 def test_a_failed_try_keeps_folders_that_hold_steps(capfd, cache_base):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("leftover_kept", retries=0) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        durable_operator(fetch_ticket, notify_team, prompt="Triage 42.")
     dr = run_dag(dag)
     capfd.readouterr()
     assert dr.state == "failed"
@@ -86,16 +56,8 @@ def test_a_failed_try_keeps_folders_that_hold_steps(capfd, cache_base):
 
 
 def test_last_try_says_the_cache_is_kept_not_that_a_retry_comes(capfd, cache_base):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("leftover_last_try", retries=1) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        durable_operator(fetch_ticket, notify_team, prompt="Triage 42.")
     dr = run_dag(dag)
     out = capfd.readouterr().out
 

@@ -11,28 +11,24 @@ import argparse
 import json
 import re
 from collections import Counter
-from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from packaging.version import Version
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag
+from tests.helpers.airflow_run import make_dag, run_dag
 from tests.helpers.compat import airflow_version
+from tests.helpers.operator_runs import durable_operator
+from tests.helpers.task_logs import SUMMARY, summaries
 
 pytestmark = [
-    pytest.mark.usefixtures("airflow_db"),
+    pytest.mark.usefixtures("airflow_db", "cache_base"),
     pytest.mark.skipif(
         airflow_version() < Version("3.4"),
         reason=f"task-group loops are new in Airflow 3.4 (installed: {airflow_version()})",
     ),
 ]
 
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
 CALLS: Counter[tuple[str, int]] = Counter()
 """(tool, loop iteration) -> calls."""
 FAILS: dict[str, set[int]] = {"once": set(), "always": set()}
@@ -40,12 +36,10 @@ FAILS: dict[str, set[int]] = {"once": set(), "always": set()}
 
 
 @pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def _fresh_counts() -> None:
+    """This module's counts start empty (the cache folder is the dags tier's ``cache_base``)."""
     CALLS.clear()
     FAILS["once"], FAILS["always"] = set(), set()
-    return base
 
 
 def _iteration_and_try() -> tuple[int, int]:
@@ -74,27 +68,13 @@ def notify_team(ticket_id: int) -> str:
 def looped_dag(dag_id: str, *, terminal_after_failure: bool = False):
     """Three iterations of a group holding one durable agent task (and, optionally, a terminal task that
     runs whatever the agent task's state, so that an iteration that failed for good does not end the loop)."""
-    from airflow.sdk import DAG, task, task_group
+    from airflow.sdk import task, task_group
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag(dag_id) as dag:
 
         @task_group
         def triage_round() -> Any:
-            agent = AgentOperator(
-                task_id="triage",
-                prompt="Triage ticket 42.",
-                model_id="test",
-                toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-                durable=True,
-            )
+            agent = durable_operator(fetch_ticket, notify_team)
             if not terminal_after_failure:
                 return agent
 
@@ -245,18 +225,12 @@ def _only_run_id(dag_id: str) -> str:
 
 def test_each_map_index_of_each_iteration_has_its_own_cache(capfd, cache_base):
     """A mapped agent task inside a loop: Airflow gives each iteration's expansion a region of its own."""
-    from airflow.sdk import DAG, task_group
+    from airflow.sdk import task_group
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     FAILS["once"] = {1}
-    with DAG(
-        dag_id="e2e_looped_mapped",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag("e2e_looped_mapped") as dag:
 
         @task_group
         def triage_round() -> Any:
@@ -282,7 +256,7 @@ def test_each_map_index_of_each_iteration_has_its_own_cache(capfd, cache_base):
     ]
     assert len({region for iteration, _, region in places if iteration == "0"}) == 1
     assert len({region for _, _, region in places}) == 2, "a region per iteration, shared by its map indexes"
-    found = [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(out)]
+    found = summaries(out)
     clean, failed, replayed = (0, 0, 0, 4, 2, 2), (0, 0, 0, 3, 1, 2), (2, 1, 1, 2, 1, 1)
     assert sorted(found) == sorted([clean, clean, failed, failed, replayed, replayed])
     assert CALLS[("fetch_ticket", 1)] == 2, "each map index of iteration 1 replayed its own fetch_ticket"

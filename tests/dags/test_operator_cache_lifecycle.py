@@ -7,26 +7,24 @@ import re
 from datetime import datetime
 
 import pytest
-from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 from tests.helpers.operator_runs import (
     CALLS,
+    durable_operator,
     entries_under,
     fetch_ticket,
     files_under,
     make_dag,
+    notify_team,
     summaries,
-    tools,
 )
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 
 def test_failed_run_keeps_the_cache(capfd, cache_base):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("e2e_keeps_cache", retries=0) as dag:
-        AgentOperator(task_id="triage", prompt="Triage 42.", model_id="test", toolsets=[tools()], durable=True)
+        durable_operator(fetch_ticket, notify_team, prompt="Triage 42.")
     dr = run_dag(dag)
     out = capfd.readouterr().out
     assert dr.state == "failed"
@@ -55,11 +53,9 @@ def test_non_durable_operator_runs_without_a_cache(capfd, cache_base):
 
 
 def test_unknown_cache_scheme_fails_before_any_model_call(capfd, monkeypatch):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", "s4://bucket/prefix")
     with make_dag("e2e_bad_scheme", retries=0) as dag:
-        AgentOperator(task_id="triage", prompt="Triage 42.", model_id="test", toolsets=[tools()], durable=True)
+        durable_operator(fetch_ticket, notify_team, prompt="Triage 42.")
     dr = run_dag(dag)
     out = capfd.readouterr().out
     assert dr.state == "failed"
@@ -71,8 +67,6 @@ def test_unknown_cache_scheme_fails_before_any_model_call(capfd, monkeypatch):
 
 
 def _flaky_notify_dag(dag_id: str, fail: dict[str, bool]):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     def notify_team(ticket_id: int) -> str:
         """Notify the team."""
         CALLS["notify_team"] += 1
@@ -81,13 +75,7 @@ def _flaky_notify_dag(dag_id: str, fail: dict[str, bool]):
         return "posted"
 
     with make_dag(dag_id, retries=0) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+        durable_operator(fetch_ticket, notify_team)
     return dag
 
 

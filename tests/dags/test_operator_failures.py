@@ -12,11 +12,12 @@ from pydantic import BaseModel
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 from tests.helpers.operator_runs import (
     CALLS,
     current_try,
+    durable_and_plain_output,
+    durable_operator,
     entries_under,
     make_dag,
     summaries,
@@ -141,25 +142,19 @@ def lookup_ticket(ticket_id: int) -> str:
 
 
 def test_a_tool_retry_that_failed_try_1_is_not_replayed_testmodel(capfd):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("e2e_transient_retry_testmodel") as dag:
         for task_id, durable in (("durable", True), ("plain", False)):
-            AgentOperator(
+            durable_operator(
+                notify_ops,
                 task_id=task_id,
                 prompt="Tell ops about ticket 42.",
-                model_id="test",
-                toolsets=[FunctionToolset([notify_ops])],
                 agent_params={"retries": 0},
                 durable=durable,
             )
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
-    assert dr.state == "success"
-    states = task_states(dr)
-    assert states[("durable", -1)] == states[("plain", -1)] == ("success", 2)
-    assert xcom_value(dr, "durable") == xcom_value(dr, "plain")
+    durable_and_plain_output(dr)
     assert CALLS["notify_ops:durable"] == CALLS["notify_ops:plain"] == 2
     assert "exceeded max retries count of 0" in out
     assert re.search(
@@ -194,10 +189,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_functionmodel(capfd):
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
-    assert dr.state == "success"
-    states = task_states(dr)
-    assert states[("durable", -1)] == states[("plain", -1)] == ("success", 2)
-    assert xcom_value(dr, "durable") == xcom_value(dr, "plain") == "ops told about ticket 42"
+    assert durable_and_plain_output(dr) == "ops told about ticket 42"
     assert CALLS["notify_ops:durable"] == CALLS["notify_ops:plain"] == 2
     assert CALLS["lookup_ticket:plain"] == 4
     assert CALLS["lookup_ticket:durable"] == 2, "the lookup's retry and answer replay on try 2"
@@ -215,8 +207,6 @@ def test_execution_timeout_ends_a_durable_task_while_a_sync_tool_hangs(capfd, ca
     import threading
     import time
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     release = threading.Event()
     finished: list[float] = []
     tool_started: list[float] = []
@@ -229,13 +219,7 @@ def test_execution_timeout_ends_a_durable_task_while_a_sync_tool_hangs(capfd, ca
         return "exported"
 
     with make_dag("e2e_timeout_hanging_tool", retries=0, execution_timeout=timedelta(seconds=4)) as dag:
-        AgentOperator(
-            task_id="export",
-            prompt="Export the report of ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([export_report])],
-            durable=True,
-        )
+        durable_operator(export_report, task_id="export", prompt="Export the report of ticket 42.")
     try:
         dr = run_dag(dag)
         elapsed = time.monotonic() - tool_started[0]
@@ -260,21 +244,13 @@ def test_execution_timeout_ends_a_durable_task_while_a_sync_tool_hangs(capfd, ca
 def test_a_sync_tool_that_finishes_within_the_grace_period_after_a_timeout_is_recorded(capfd, cache_base):
     import time
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     def export_report(ticket_id: int) -> str:
         """Export a report (finishes just after the task's timeout)."""
         time.sleep(2.8)
         return "exported"
 
     with make_dag("e2e_timeout_tool_in_grace", retries=0, execution_timeout=timedelta(seconds=2)) as dag:
-        AgentOperator(
-            task_id="export",
-            prompt="Export the report of ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([export_report])],
-            durable=True,
-        )
+        durable_operator(export_report, task_id="export", prompt="Export the report of ticket 42.")
     dr = run_dag(dag)
     out = capfd.readouterr().out
 

@@ -18,8 +18,11 @@ from tests.helpers.durable import stored_entries
 from tests.helpers.operator_runs import (
     CALLS,
     current_try,
+    durable_operator,
+    fetch_ticket,
     files_under,
     make_dag,
+    notify_team,
     summaries,
     tools,
 )
@@ -28,10 +31,8 @@ pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 
 def test_retry_replays_unchanged_steps_and_each_tool_runs_once(capfd, cache_base):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("e2e_unchanged_retry") as dag:
-        AgentOperator(task_id="triage", prompt="Triage ticket 42.", model_id="test", toolsets=[tools()], durable=True)
+        durable_operator(fetch_ticket, notify_team)
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
@@ -48,16 +49,8 @@ def test_retry_replays_unchanged_steps_and_each_tool_runs_once(capfd, cache_base
 
 
 def test_prompt_templated_on_try_number_reruns_model_and_tools(capfd):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("e2e_prompt_change") as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42 (try {{ ti.try_number }}).",
-            model_id="test",
-            toolsets=[tools()],
-            durable=True,
-        )
+        durable_operator(fetch_ticket, notify_team, prompt="Triage ticket 42 (try {{ ti.try_number }}).")
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
@@ -75,8 +68,6 @@ def test_prompt_templated_on_try_number_reruns_model_and_tools(capfd):
 def test_deleting_the_cache_between_tries_forces_a_full_rerun(capfd, cache_base):
     import shutil
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     deleted: list[str] = []
     deleted_entries: list[str] = []
 
@@ -89,14 +80,7 @@ def test_deleting_the_cache_between_tries_forces_a_full_rerun(capfd, cache_base)
         shutil.rmtree(folder)
 
     with make_dag("e2e_cache_deleted") as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[tools()],
-            durable=True,
-            on_retry_callback=delete_cache,
-        )
+        durable_operator(fetch_ticket, notify_team, on_retry_callback=delete_cache)
     dr = run_dag(dag)
     out = capfd.readouterr().out
 

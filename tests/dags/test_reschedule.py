@@ -8,12 +8,11 @@ same run_id would also find: the reschedule count tells the two apart.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
-from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
-from tests.helpers.operator_runs import CALLS, fetch_ticket, summaries
+from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
+from tests.helpers.operator_runs import CALLS, durable_operator, fetch_ticket, summaries
 
 from airflow_pydantic_ai._compat import airflow_version_at_least
 
@@ -37,24 +36,8 @@ def notify_team(ticket_id: int) -> str:
 
 
 def test_a_rescheduled_try_replays_its_own_steps(capfd, cache_base):
-    from airflow.sdk import DAG
-
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
-    with DAG(
-        dag_id="e2e_rescheduled_try",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-        )
+    with make_dag("e2e_rescheduled_try") as dag:
+        durable_operator(fetch_ticket, notify_team)
     dr = run_dag(dag)
     out = capfd.readouterr().out
 

@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from pathlib import Path
-
 import pytest
 from pydantic_ai.usage import UsageLimits
-from tests.helpers.airflow_run import run_dag, task_states
-from tests.unit.test_retry_budget import agent_failing_once
+from tests.helpers.airflow_run import make_dag, run_dag, task_states
+from tests.helpers.weather import agent_failing_once
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
-
-
-@pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
-    return base
-
-
-def make_dag(dag_id: str):
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 2, "retry_delay": timedelta(0)},
-    )
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 
 REFUSED = "step 5: model function:function:_model: would exceed the request_limit of 2 counted across the tries"
@@ -39,7 +17,7 @@ def test_the_operator_argument_stops_a_retry_before_the_request_over_budget(capf
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     sent: list[str] = []
-    with make_dag("budget_argument") as dag:
+    with make_dag("budget_argument", retries=2) as dag:
         AgentOperator(
             task_id="notify",
             prompt="weather",
@@ -63,7 +41,7 @@ def test_the_config_option_turns_it_on_and_the_argument_off(capfd, monkeypatch):
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_BUDGET_ACROSS_TRIES", "True")
-    with make_dag("budget_option") as dag:
+    with make_dag("budget_option", retries=2) as dag:
         AgentOperator(
             task_id="by_option",
             prompt="weather",

@@ -3,23 +3,21 @@ and the templated ``durable_cache_path``; under real Airflow runs (dag.test() wi
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic_ai import RunContext
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states, xcom_value
+from tests.helpers.operator_runs import durable_operator
+from tests.helpers.task_logs import summaries
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
-SUMMARY = re.compile(r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\)")
 CALLS: Counter[str] = Counter()
 EVENTS: dict[int, list[str]] = {}
 
@@ -30,12 +28,6 @@ class Desk:
 
     team: str
     seen: list[int] = field(default_factory=list)
-
-
-def _try_number() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
 
 
 LOOKED_UP = threading.Event()
@@ -57,7 +49,7 @@ def escalate(ctx: RunContext[Desk], ticket_id: int) -> str:
     depend on which thread won (it did not, now and then, under pydantic-ai 2.62).
     """
     CALLS["escalate"] += 1
-    if _try_number() == 1:
+    if current_try() == 1:
         LOOKED_UP.wait(timeout=10)
         time.sleep(0.5)  # and the event loop has handed lookup's result on
         raise ConnectionError("pager down (first try only)")
@@ -65,40 +57,17 @@ def escalate(ctx: RunContext[Desk], ticket_id: int) -> str:
 
 
 @pytest.fixture(autouse=True)
-def cache_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    base = tmp_path / "durable-cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def _fresh_counts() -> None:
+    """This module's counts start empty (the cache folder is the dags tier's ``cache_base``)."""
     CALLS.clear()
     EVENTS.clear()
     LOOKED_UP.clear()
-    return base
-
-
-def make_dag(dag_id: str):
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    )
 
 
 def test_deps_reach_tools_and_a_replayed_tool_does_not_touch_them(capfd):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     desk = Desk(team="payments")
     with make_dag("e2e_deps") as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([lookup, escalate])],
-            deps=desk,
-            durable=True,
-        )
+        durable_operator(lookup, escalate, deps=desk)
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
@@ -107,7 +76,7 @@ def test_deps_reach_tools_and_a_replayed_tool_does_not_touch_them(capfd):
     # Try 2 replays the model's answer and lookup's result: lookup did not run again, so it did not
     # touch deps again, while escalate (live on both tries) read deps each time.
     assert CALLS == {"lookup": 1, "escalate": 2}
-    assert [m.groups() for m in SUMMARY.finditer(out)][-1] == ("2", "1", "1")
+    assert summaries(out)[-1][:3] == (2, 1, 1)
     result = xcom_value(dr, "triage")
     assert "belongs to payments" in result
     assert "escalated to payments" in result
@@ -130,30 +99,20 @@ def test_deps_pass_through_the_decorator(capfd):
 
 
 async def record_events(ctx: RunContext[Any], events: Any) -> None:
-    kinds = EVENTS.setdefault(_try_number(), [])
+    kinds = EVENTS.setdefault(current_try(), [])
     async for event in events:
         kinds.append(type(event).__name__)
 
 
 def test_event_stream_handler_sees_live_and_replayed_steps(capfd):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("e2e_event_stream") as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([lookup, escalate])],
-            deps=Desk(team="payments"),
-            event_stream_handler=record_events,
-            durable=True,
-        )
+        durable_operator(lookup, escalate, deps=Desk(team="payments"), event_stream_handler=record_events)
     dr = run_dag(dag)
     out = capfd.readouterr().out
 
     assert dr.state == "success", out[-3000:]
     assert CALLS == {"lookup": 1, "escalate": 2}
-    assert [m.groups() for m in SUMMARY.finditer(out)][-1] == ("2", "1", "1")
+    assert summaries(out)[-1][:3] == (2, 1, 1)
     live, replayed = EVENTS[1], EVENTS[2]
     # Try 1 streams the live answer; try 2 gets the recorded answer as a completed stream whose part
     # events are rebuilt, and tool events for the replayed call as for a live one.
@@ -165,16 +124,11 @@ def test_event_stream_handler_sees_live_and_replayed_steps(capfd):
 
 
 def test_durable_cache_path_is_templated(capfd, tmp_path):
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     with make_dag("e2e_templated_cache_path") as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage ticket 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([lookup, escalate])],
+        durable_operator(
+            lookup,
+            escalate,
             deps=Desk(team="payments"),
-            durable=True,
             durable_cache_path=f"file://{tmp_path}/per-dag/{{{{ dag.dag_id }}}}",
         )
     dr = run_dag(dag)

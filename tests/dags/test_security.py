@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
-from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag
+from tests.helpers.airflow_run import current_try, make_dag, run_dag
 from tests.helpers.compat import clear_fernet_cache
 from tests.helpers.durable import stored_entries, unpack
+from tests.helpers.operator_runs import durable_operator
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -48,10 +47,9 @@ def _two_tool_dag(dag_id: str, calls: dict[str, int], result: Any, on_retry: Any
 def _flaky_notify(calls: dict[str, int]) -> Any:
     def notify(customer_id: int) -> str:
         """Notify; down on the first try."""
-        from airflow.sdk import get_current_context
 
         calls["notify"] += 1
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("down")
         return "ok"
 
@@ -60,24 +58,9 @@ def _flaky_notify(calls: dict[str, int]) -> Any:
 
 def _agent_dag(dag_id: str, tools: list[Any], on_retry: Any):
     """One durable TestModel agent with ``tools``, one retry."""
-    from airflow.sdk import DAG
 
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
-        AgentOperator(
-            task_id="agent",
-            prompt="Check customer 7.",
-            model_id="test",
-            toolsets=[FunctionToolset(tools)],
-            durable=True,
-            on_retry_callback=on_retry,
-        )
+    with make_dag(dag_id) as dag:
+        durable_operator(*tools, task_id="agent", prompt="Check customer 7.", on_retry_callback=on_retry)
     return dag
 
 
@@ -96,15 +79,13 @@ def _snapshot(base: Path, into: dict[str, bytes]):
     return callback
 
 
-def test_masked_secrets_never_reach_the_cache(tmp_path, monkeypatch, capfd):
+def test_masked_secrets_never_reach_the_cache(cache_base, capfd):
     from airflow.sdk.log import mask_secret
 
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
     mask_secret(SECRET)
     stored: dict[str, bytes] = {}
     calls = {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
-    dr = run_dag(_dag("security_masking", calls, _snapshot(base, stored)))
+    dr = run_dag(_dag("security_masking", calls, _snapshot(cache_base, stored)))
     out = capfd.readouterr().out
 
     assert dr.state == "success"
@@ -116,18 +97,16 @@ def test_masked_secrets_never_reach_the_cache(tmp_path, monkeypatch, capfd):
     assert calls == {"fetch_customer": 2, "lookup_plan": 1, "notify": 2}
 
 
-def test_encrypted_cache_is_unreadable_and_tampering_is_rejected(tmp_path, monkeypatch, capfd):
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
+def test_encrypted_cache_is_unreadable_and_tampering_is_rejected(cache_base, monkeypatch, capfd):
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_ENCRYPT", "True")
     monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", Fernet.generate_key().decode())
     stored: dict[str, bytes] = {}
     tampered: list[str] = []
 
     def snapshot_and_tamper(context: Any) -> None:
-        _snapshot(base, stored)(context)
-        unpack(base)  # the failed try packed its entries: tamper with them one by one
-        entries = sorted(base.rglob("tool-*.json"))
+        _snapshot(cache_base, stored)(context)
+        unpack(cache_base)  # the failed try packed its entries: tamper with them one by one
+        entries = sorted(cache_base.rglob("tool-*.json"))
         # An attacker with write access: swaps one encrypted tool entry for a forged plain one...
         victim = entries[0]
         forged = {"format": "airflow-pydantic-ai/step", "version": 1, "kind": "tool"}
@@ -178,10 +157,8 @@ def test_encryption_without_a_fernet_key_fails_at_start(tmp_path, monkeypatch, c
     assert calls == {"fetch_customer": 0, "lookup_plan": 0, "notify": 0}
 
 
-def test_keys_that_only_sound_sensitive_do_not_stop_caching(tmp_path, monkeypatch, capfd):
+def test_keys_that_only_sound_sensitive_do_not_stop_caching(cache_base, capfd):
     """Only registered secret *values* keep a step out of the cache, not key names like ``tokens``."""
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
     record = {"tokens": ["hello", "world"], "password_hint": "the usual", "api_key_set": True}
     calls = {"fetch": 0, "notify": 0}
     dr = run_dag(_two_tool_dag("security_innocent_keys", calls, lambda: record, None))
@@ -195,7 +172,7 @@ def test_keys_that_only_sound_sensitive_do_not_stop_caching(tmp_path, monkeypatc
     "shape",
     ["json-escaped-characters", "inside-bytes", "inside-a-nested-key"],
 )
-def test_a_secret_never_reaches_the_stored_bytes_in_any_form(tmp_path, monkeypatch, capfd, shape):
+def test_a_secret_never_reaches_the_stored_bytes_in_any_form(cache_base, capfd, shape):
     from airflow.sdk.log import mask_secret
     from pydantic_ai.messages import BinaryContent
 
@@ -205,13 +182,11 @@ def test_a_secret_never_reaches_the_stored_bytes_in_any_form(tmp_path, monkeypat
         "inside-bytes": lambda: BinaryContent(data=f"token={secret}".encode(), media_type="text/plain"),
         "inside-a-nested-key": lambda: {"customers": [{secret: "gold"}]},
     }
-    base = tmp_path / "cache"
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")
     mask_secret(secret)
     stored: dict[str, bytes] = {}
     calls = {"fetch": 0, "notify": 0}
     dr = run_dag(
-        _two_tool_dag(f"security_forms_{shape.replace('-', '_')}", calls, results[shape], _snapshot(base, stored))
+        _two_tool_dag(f"security_forms_{shape.replace('-', '_')}", calls, results[shape], _snapshot(cache_base, stored))
     )
     out = capfd.readouterr().out
     assert dr.state == "success"

@@ -4,17 +4,15 @@ secrets masked, without opening the logs; and names the task instance as Airflow
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
-from pathlib import Path
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states
+from tests.helpers.airflow_run import make_dag, run_dag, task_states
 from tests.helpers.view import view_client, view_query
 
 from airflow_pydantic_ai.durable import TaskIdentity
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
 
 SECRET = f"sk-registered-{uuid.uuid4().hex}"
 
@@ -24,15 +22,12 @@ def notify_team(ticket_id: int) -> str:
     raise ConnectionError(f"chat API down (token {SECRET})")
 
 
-def test_the_view_says_how_the_latest_try_failed_with_secrets_masked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from airflow.sdk import DAG, task
+def test_the_view_says_how_the_latest_try_failed_with_secrets_masked() -> None:
+    from airflow.sdk import task
     from airflow.sdk.log import mask_secret
 
-    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path / 'cache'}")
     mask_secret(SECRET)
-    with DAG(f"latest_try_{uuid.uuid4().hex[:8]}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+    with make_dag(f"latest_try_{uuid.uuid4().hex[:8]}", retries=0) as dag:
 
         @task.pydantic_ai(model_id="test", toolsets=[FunctionToolset([notify_team])], durable=True)
         def triage() -> str:

@@ -6,11 +6,33 @@ Requires the ``airflow_db`` fixture (a migrated metadata DB).
 from __future__ import annotations
 
 import os
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow.models.dagrun import DagRun
     from airflow.sdk import DAG
+
+
+def make_dag(dag_id: str, retries: int = 1, **default_args: Any) -> DAG:
+    """A DAG for one ``dag.test()`` run: no schedule, ``retries`` tries after the first with no delay between
+    them (``default_args`` adds to or overrides those). Use it as ``with make_dag("my_dag") as dag:``."""
+    from airflow.sdk import DAG
+
+    return DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        default_args={"retries": retries, "retry_delay": timedelta(0), **default_args},
+    )
+
+
+def current_try() -> int:
+    """The try number of the task instance running now (call it inside a task or a tool: 1 on the first try)."""
+    from airflow.sdk import get_current_context
+
+    return get_current_context()["ti"].try_number
 
 
 def sync_dag(dag: DAG) -> None:

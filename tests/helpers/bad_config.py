@@ -12,7 +12,6 @@ import contextlib
 import shutil
 import subprocess
 from collections import Counter
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from tests.helpers.airflow_run import task_states
+from tests.helpers.airflow_run import make_dag, task_states
 
 CALLS: Counter[str] = Counter()
 
@@ -71,17 +70,11 @@ def reset(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.delenv("AIRFLOW__PYDANTIC_AI__DURABLE_STORAGE_ERRORS", raising=False)
 
 
-def make_dag(dag_id: str, tasks: dict[str, str | None], retries: int = 0):
+def recording_dag(dag_id: str, tasks: dict[str, str | None], retries: int = 0):
     """One durable AgentOperator per entry: task_id -> durable_cache_path override (None: the config)."""
-    from airflow.sdk import DAG
 
     operator = recording_operator()
-    with DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": retries, "retry_delay": timedelta(0)},
-    ) as dag:
+    with make_dag(dag_id, retries=retries) as dag:
         for task_id, override in tasks.items():
             operator(
                 task_id=task_id,

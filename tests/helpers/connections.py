@@ -10,14 +10,16 @@ import pytest
 CONN_ID = "llm_test"
 
 
-def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str = CONN_ID, **fields: Any) -> None:
-    """Define an Airflow connection of type pydantic_ai through its AIRFLOW_CONN_ env var (JSON form)."""
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "pydantic_ai", **fields}))
+def set_connection(
+    monkeypatch: pytest.MonkeyPatch, conn_id: str = CONN_ID, conn_type: str = "pydantic_ai", **fields: Any
+) -> None:
+    """Define an Airflow connection (of type pydantic_ai unless told) through its AIRFLOW_CONN_ env var (JSON form)."""
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": conn_type, **fields}))
 
 
 def set_common_ai_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> None:
     """A connection as apache-airflow-providers-common-ai stores it: type pydanticai, same fields."""
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "pydanticai", **fields}))
+    set_connection(monkeypatch, conn_id, conn_type="pydanticai", **fields)
 
 
 @pytest.fixture(autouse=True)

@@ -54,6 +54,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from tests.helpers.durable import RecordingLog, attempt_options, task_identity
@@ -71,6 +72,11 @@ KILL_KINDS = (
 PACK_KINDS = ("pack-partial", "pack-written", "pack-done")
 SUCCESS_WINDOW_KINDS = ("output-recorded", "delete", "deleted")
 _BLOCK_SECONDS = 30.0
+
+
+def cache_root(base: Path) -> Path:
+    """The folder of IDENTITY's steps under the cache base ``base``."""
+    return base.joinpath(*IDENTITY.segments())
 
 
 def tool_result(prompt: str, step: int) -> str:
@@ -412,7 +418,6 @@ class ForkServer:
 
     def __init__(self) -> None:
         import subprocess
-        from pathlib import Path
 
         root = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}

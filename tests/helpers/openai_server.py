@@ -16,6 +16,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import pytest
+from tests.helpers.connections import set_connection
+
 Script = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -53,6 +56,18 @@ class ScriptedOpenAIServer:
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
+
+    def connect(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        conn_id: str = "local_openai",
+        model: str | None = "openai-chat:gpt-test",
+        conn_type: str = "pydantic_ai",
+    ) -> None:
+        """Define the Airflow connection ``conn_id`` to this server: API key ``sk-test-key``, and ``model`` in its
+        extra unless None (the operator's ``model_id`` then names it)."""
+        extra = {"extra": {"model": model}} if model is not None else {}
+        set_connection(monkeypatch, conn_id, conn_type=conn_type, host=self.base_url, password="sk-test-key", **extra)
 
     def __enter__(self) -> ScriptedOpenAIServer:
         self._thread.start()

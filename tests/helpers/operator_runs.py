@@ -1,21 +1,24 @@
-"""What the AgentOperator tests under dag.test() share: the tools, the DAG factory, the summary lines and the
-files a run leaves (tests/dags/test_operator_*.py; their cache folder is the ``cache_base`` fixture of
-tests/dags/conftest.py)."""
+"""What the AgentOperator tests under dag.test() share (tests/dags/test_operator_*.py): the tools, the summary
+lines and the files a run leaves. Their cache folder is the ``cache_base`` fixture of tests/dags/conftest.py;
+``make_dag`` and ``current_try`` are tests/helpers/airflow_run.py's, named here too."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from datetime import datetime, timedelta
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai.toolsets import FunctionToolset
+from tests.helpers.airflow_run import current_try, make_dag, task_states, xcom_value
+from tests.helpers.task_logs import SUMMARY, summaries
 
 __all__ = [
     "CALLS",
     "SUMMARY",
     "current_try",
+    "durable_and_plain_output",
+    "durable_operator",
     "entries_under",
     "fetch_ticket",
     "files_under",
@@ -25,18 +28,7 @@ __all__ = [
     "tools",
 ]
 
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
-)
-
 CALLS: Counter[str] = Counter()
-
-
-def current_try() -> int:
-    from airflow.sdk import get_current_context
-
-    return get_current_context()["ti"].try_number
 
 
 def fetch_ticket(ticket_id: int) -> dict:
@@ -57,20 +49,20 @@ def tools() -> FunctionToolset[Any]:
     return FunctionToolset([fetch_ticket, notify_team])
 
 
-def make_dag(dag_id: str, **default_args: Any):
-    from airflow.sdk import DAG
+def durable_operator(
+    *tool_functions: Callable[..., Any], task_id: str = "triage", prompt: str = "Triage ticket 42.", **operator: Any
+) -> Any:
+    """A durable ``AgentOperator`` on pydantic-ai's ``TestModel`` (which calls each tool once, then answers) with
+    these tool functions; ``operator`` adds to or overrides its other arguments. Call it inside a DAG."""
+    from airflow_pydantic_ai.operators.agent import AgentOperator
 
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 1, "retry_delay": timedelta(0), **default_args},
+    return AgentOperator(
+        task_id=task_id,
+        prompt=prompt,
+        model_id="test",
+        toolsets=[FunctionToolset(list(tool_functions))],
+        **{"durable": True, **operator},
     )
-
-
-def summaries(text: str) -> list[tuple[int, ...]]:
-    return [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(text)]
 
 
 def files_under(path: Path) -> list[Path]:
@@ -82,3 +74,14 @@ def entries_under(path: Path) -> list[str]:
     from tests.helpers.durable import stored_entries
 
     return sorted(stored_entries(path)) if path.exists() else []
+
+
+def durable_and_plain_output(dr: Any) -> Any:
+    """Asserts that the run's tasks ``durable`` and ``plain`` (the same agent without durable) both succeeded
+    on try 2 with the same output, and returns that output."""
+    assert dr.state == "success"
+    states = task_states(dr)
+    assert states[("durable", -1)] == states[("plain", -1)] == ("success", 2)
+    output = xcom_value(dr, "durable")
+    assert output == xcom_value(dr, "plain")
+    return output

@@ -25,5 +25,7 @@ def log_events(path: Path) -> list[str]:
     return events
 
 
-def summaries(events: list[str]) -> list[tuple[int, ...]]:
-    return [tuple(int(group) for group in match.groups()) for event in events if (match := SUMMARY.search(event))]
+def summaries(log: str | list[str]) -> list[tuple[int, ...]]:
+    """The six numbers of each summary line in ``log`` (captured output, or a task log's events), in order."""
+    text = log if isinstance(log, str) else "\n".join(log)
+    return [tuple(int(group) for group in match.groups()) for match in SUMMARY.finditer(text)]

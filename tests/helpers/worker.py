@@ -10,7 +10,7 @@ sent to another worker. ``FAIL_NOTIFY=1`` makes the notify tool fail, as on a fi
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 LOGICAL_DATE = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
 
@@ -35,29 +35,16 @@ def notify_team(ticket_id: int) -> str:
 
 
 def main() -> None:
-    from airflow.sdk import DAG
     from airflow.utils.db import resetdb
-    from pydantic_ai.toolsets import FunctionToolset
-    from tests.helpers.airflow_run import clear_and_rerun, run_dag
-
-    from airflow_pydantic_ai.operators.agent import AgentOperator
+    from tests.helpers.airflow_run import clear_and_rerun, make_dag, run_dag
+    from tests.helpers.operator_runs import durable_operator
 
     first_try = os.environ.get("WORKER_TRY", "1") == "1"
     if first_try:
         resetdb()
-    with DAG(
-        dag_id="cross_worker.dag-1",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        default_args={"retries": 0, "retry_delay": timedelta(0)},
-    ) as dag:
-        AgentOperator(
-            task_id="triage.ticket-42",
-            prompt="Triage ticket 42 and notify the team.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
+    with make_dag("cross_worker.dag-1", retries=0) as dag:
+        durable_operator(
+            fetch_ticket, notify_team, task_id="triage.ticket-42", prompt="Triage ticket 42 and notify the team."
         )
     if first_try:
         dr = run_dag(dag, logical_date=LOGICAL_DATE, run_after=LOGICAL_DATE)

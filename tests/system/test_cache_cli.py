@@ -23,12 +23,13 @@ from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states
+from tests.helpers.airflow_cli import AIRFLOW_BIN
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states
 from tests.helpers.compat import airflow_reads_provider_cli
+from tests.helpers.operator_runs import durable_operator
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
-AIRFLOW_BIN = Path(sys.executable).parent / "airflow"
 CONSOLE_SCRIPT = Path(sys.executable).parent / "airflow-pydantic-ai"
 # The commands as users reach them: `airflow pydantic-ai ...`, or the console script on Airflow 3.1,
 # which does not read providers' cli entry.
@@ -95,39 +96,21 @@ class CLIResult:
 
 
 def _agent_task(task_id: str, fail_on_try: int | None, **kwargs: Any) -> Any:
-    from airflow.sdk import get_current_context
-
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     def fetch_ticket(ticket_id: int) -> dict[str, Any]:
         """Fetch a ticket."""
         return {"id": ticket_id, "title": "Login page times out", "password": "hunter2-in-a-tool-result"}
 
     def notify_team(ticket_id: int) -> str:
         """Notify the team."""
-        if fail_on_try is not None and get_current_context()["ti"].try_number <= fail_on_try:
+        if fail_on_try is not None and current_try() <= fail_on_try:
             raise ConnectionError("chat API down")
         return "posted"
 
-    return AgentOperator(
-        task_id=task_id,
-        prompt="Triage ticket 42.",
-        model_id="test",
-        toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-        durable=True,
-        **kwargs,
-    )
+    return durable_operator(fetch_ticket, notify_team, task_id=task_id, **kwargs)
 
 
 def _dag(dag_id: str, retries: int = 0, on_retry_callback: Any = None) -> Any:
-    from airflow.sdk import DAG
-
-    return DAG(
-        dag_id=dag_id,
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": retries, "retry_delay": timedelta(0), "on_retry_callback": on_retry_callback},
-    )
+    return make_dag(dag_id, retries=retries, on_retry_callback=on_retry_callback)
 
 
 def _set_state(dag_id: str, run_id: str, task_id: str, state: str) -> None:

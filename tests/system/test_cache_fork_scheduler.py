@@ -11,7 +11,6 @@ Slow (about a minute): deselect with ``-m "not scheduler"`` or set ``AIRFLOW_PYD
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,13 +20,7 @@ from tests.helpers.compat import keep_task_state_to_resume
 from tests.helpers.standalone import AirflowCluster, durable_cluster
 from tests.helpers.task_logs import log_events, summaries
 
-pytestmark = [
-    pytest.mark.scheduler,
-    pytest.mark.skipif(
-        os.environ.get("AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER") == "1",
-        reason="AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1",
-    ),
-]
+pytestmark = pytest.mark.scheduler  # skipped when AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1 (conftest.py)
 
 DAG_FILE = Path(__file__).parent / "dags" / "cache_fork_dag.py"
 DAG_ID = "durable_cache_fork"  # as in DAG_FILE

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from tests.helpers.compat import keep_task_state_to_resume
 from tests.helpers.standalone import AirflowCluster
+from tests.helpers.task_logs import log_events, summaries
 
 CHROMIUM = Path(os.environ.get("AIRFLOW_PYDANTIC_AI_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -55,12 +56,7 @@ def _no_browser() -> str:
     return ""
 
 
-pytestmark = [
-    pytest.mark.scheduler,
-    pytest.mark.skipif(
-        os.environ.get("AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER") == "1", reason="AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1"
-    ),
-]
+pytestmark = pytest.mark.scheduler  # skipped when AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1 (conftest.py)
 DAG_FILE = Path(__file__).parent / "dags" / "cache_view_dag.py"
 DAG_ID = "durable_cache_view"  # as in DAG_FILE
 OTHER_DAG_ID = "another_dag"
@@ -71,11 +67,6 @@ SCREENSHOTS = (
     Path(os.environ.get("AIRFLOW_PYDANTIC_AI_SCREENSHOTS", ""))
     if os.environ.get("AIRFLOW_PYDANTIC_AI_SCREENSHOTS")
     else None
-)
-
-SUMMARY = re.compile(
-    r"Durable: replayed (\d+) cached steps \((\d+) model, (\d+) tool\), "
-    r"executed (\d+) new steps \((\d+) model, (\d+) tool\)"
 )
 
 
@@ -140,14 +131,7 @@ class Site:
         return [(tool, int(number)) for tool, number in (line.split() for line in lines)]
 
     def summaries(self, run_id: str, try_number: int) -> list[tuple[int, ...]]:
-        path = self.cluster.task_log(DAG_ID, run_id, TASK_ID, try_number)
-        events = []
-        for line in path.read_text().splitlines():
-            try:
-                events.append(str(json.loads(line).get("event", "")))
-            except (json.JSONDecodeError, AttributeError):
-                events.append(line)
-        return [tuple(int(group) for group in match.groups()) for event in events if (match := SUMMARY.search(event))]
+        return summaries(log_events(self.cluster.task_log(DAG_ID, run_id, TASK_ID, try_number)))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ Slow (about a minute): deselect with ``-m "not scheduler"`` or set ``AIRFLOW_PYD
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +21,6 @@ from tests.helpers.task_logs import log_events, summaries
 
 pytestmark = [
     pytest.mark.scheduler,
-    pytest.mark.skipif(
-        os.environ.get("AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER") == "1", reason="AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1"
-    ),
     pytest.mark.skipif(
         airflow_version() < Version("3.4"),
         reason=f"keep_task_state is new in Airflow 3.4 (installed: {airflow_version()}); "

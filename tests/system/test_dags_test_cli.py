@@ -7,15 +7,10 @@ import's classes. The codec must still record (and replay) the first import's va
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from collections import Counter
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-AIRFLOW_BIN = Path(sys.executable).parent / "airflow"
+from tests.helpers.airflow_cli import CliAirflow
 
 DAG_FILE = textwrap.dedent(
     '''
@@ -75,29 +70,12 @@ DAG_FILE = textwrap.dedent(
 )
 
 
-def _airflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(AIRFLOW_BIN), *args], capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT
-    )
-
-
 def test_a_class_defined_in_the_dag_file_is_recorded_and_replayed_under_airflow_dags_test(tmp_path):
-    home = tmp_path / "home"
-    (home / "dags").mkdir(parents=True)
-    (home / "dags" / "cli_dags_test.py").write_text(DAG_FILE)
     marker = tmp_path / "tool-calls.txt"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{tmp_path / 'cache'}",
-        "DAGS_TEST_MARKER": str(marker),
-        "PYTHONPATH": str(REPO_ROOT),
-    }
-    assert _airflow(env, "db", "migrate").returncode == 0
+    airflow = CliAirflow.create(tmp_path, "cli_dags_test.py", DAG_FILE, DAGS_TEST_MARKER=str(marker))
+    assert airflow.run("db", "migrate").returncode == 0
 
-    result = _airflow(env, "dags", "test", "cli_dags_test")
+    result = airflow.run("dags", "test", "cli_dags_test")
     out = result.stdout + result.stderr
     context = out[-6000:]
 

@@ -3,15 +3,13 @@ client against a local scripted server: a priced model id gets a real price, an 
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RequestUsage
-from tests.helpers.airflow_run import run_dag, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, xcom_value
 from tests.helpers.openai_server import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
@@ -32,15 +30,13 @@ def _price(model: str, input_tokens: int, output_tokens: int) -> float:
 
 @pytest.mark.parametrize("model, priced", [("gpt-4o", True), ("acme-local-7b", False)])
 def test_cost_live_and_saved_for_a_priced_and_an_unpriced_model(monkeypatch, tmp_path, model, priced):
-    from airflow.sdk import DAG, get_current_context
-
     from airflow_pydantic_ai.durability import open_cache_base, task_identity
     from airflow_pydantic_ai.durable import CacheReader
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     def notify_team(ticket_id: int) -> str:
         """Notify the team; down on the first try."""
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("chat API down")
         return "posted"
 
@@ -51,17 +47,9 @@ def test_cost_live_and_saved_for_a_priced_and_an_unpriced_model(monkeypatch, tmp
         seen.extend(step.as_row() for step in reader.steps())
 
     with ScriptedOpenAIServer(_script) as server:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LOCAL_OPENAI",
-            json.dumps({"conn_type": "pydantic_ai", "host": server.base_url, "password": "sk-test-key"}),
-        )
+        server.connect(monkeypatch, model=None)
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
-        with DAG(
-            dag_id=f"cost_{model.replace('-', '_').replace('.', '_')}",
-            schedule=None,
-            start_date=datetime(2026, 1, 1),
-            default_args={"retries": 1, "retry_delay": timedelta(0)},
-        ) as dag:
+        with make_dag(f"cost_{model.replace('-', '_').replace('.', '_')}") as dag:
             AgentOperator(
                 task_id="notify",
                 prompt="Tell the team about ticket 42.",

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-AIRFLOW_BIN = Path(sys.executable).parent / "airflow"
+from tests.helpers.airflow_cli import CliAirflow
 
 DAG_FILE = textwrap.dedent(
     '''
@@ -39,12 +34,6 @@ DAG_FILE = textwrap.dedent(
 )
 
 
-def _airflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(AIRFLOW_BIN), *args], capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT
-    )
-
-
 def _packets(sock: socket.socket) -> dict[str, int]:
     """Every ``name:value|c`` counter received so far, summed by name."""
     counters: dict[str, int] = {}
@@ -62,26 +51,20 @@ def _packets(sock: socket.socket) -> dict[str, int]:
 
 
 def test_a_durable_try_is_counted_in_airflows_statsd_under_the_documented_prefix(tmp_path):
-    home = tmp_path / "home"
-    (home / "dags").mkdir(parents=True)
-    (home / "dags" / "statsd_metrics.py").write_text(DAG_FILE)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        env = {
-            **os.environ,
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{tmp_path / 'cache'}",
-            "AIRFLOW__METRICS__STATSD_ON": "True",
-            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-            "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1]),
-            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-            "PYTHONPATH": str(REPO_ROOT),
-        }
-        assert _airflow(env, "db", "migrate").returncode == 0
-        assert _airflow(env, "dags", "reserialize").returncode == 0
-        result = _airflow(env, "tasks", "test", "statsd_metrics", "triage")
+        airflow = CliAirflow.create(
+            tmp_path,
+            "statsd_metrics.py",
+            DAG_FILE,
+            AIRFLOW__METRICS__STATSD_ON="True",
+            AIRFLOW__METRICS__STATSD_HOST="127.0.0.1",
+            AIRFLOW__METRICS__STATSD_PORT=str(sock.getsockname()[1]),
+            AIRFLOW__METRICS__STATSD_PREFIX="airflow",
+        )
+        assert airflow.run("db", "migrate").returncode == 0
+        assert airflow.run("dags", "reserialize").returncode == 0
+        result = airflow.run("tasks", "test", "statsd_metrics", "triage")
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
         counters = _packets(sock)
 

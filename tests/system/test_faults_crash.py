@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-from tests.helpers.crash_worker import IDENTITY, KILL_KINDS, ForkServer, expected_output
+from tests.helpers.crash_worker import KILL_KINDS, ForkServer, cache_root, expected_output
 
 from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry
 
@@ -53,19 +52,6 @@ LOST_AT = {
     "torn-direct": 1,
 }
 EVENTS = {"tool-start": STEPS, "tool-done": STEPS, "model-done": STEPS + 1}
-
-
-@pytest.fixture(scope="module")
-def fork_server():
-    server = ForkServer()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-def cache_root(base: Path) -> Path:
-    return base.joinpath(*IDENTITY.segments())
 
 
 @dataclass

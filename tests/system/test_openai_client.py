@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import re
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, xcom_value
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, xcom_value
 from tests.helpers.openai_server import ScriptedOpenAIServer
+from tests.helpers.operator_runs import durable_and_plain_output
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
@@ -24,8 +23,6 @@ def _script(request: dict[str, Any]) -> dict[str, Any]:
 # "pydanticai" is common.ai's connection type: a DAG that names such a connection runs unchanged here.
 @pytest.mark.parametrize("conn_type", ["pydantic_ai", "pydanticai"])
 def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_path, capfd, conn_type):
-    from airflow.sdk import DAG, get_current_context
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
     calls = {"fetch_ticket": 0, "notify_team": 0}
@@ -38,29 +35,14 @@ def test_real_openai_client_steps_replay_through_a_connection(monkeypatch, tmp_p
     def notify_team(ticket_id: int) -> str:
         """Notify the team; down on the first try."""
         calls["notify_team"] += 1
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("chat API down")
         return "posted"
 
     with ScriptedOpenAIServer(_script) as server:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LOCAL_OPENAI",
-            json.dumps(
-                {
-                    "conn_type": conn_type,
-                    "host": server.base_url,
-                    "password": "sk-test-key",
-                    "extra": {"model": "openai-chat:gpt-test"},
-                }
-            ),
-        )
+        server.connect(monkeypatch, conn_type=conn_type)
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
-        with DAG(
-            dag_id=f"e2e_openai_client_{conn_type}",
-            schedule=None,
-            start_date=datetime(2026, 1, 1),
-            default_args={"retries": 1, "retry_delay": timedelta(0)},
-        ) as dag:
+        with make_dag(f"e2e_openai_client_{conn_type}") as dag:
             AgentOperator(
                 task_id="triage",
                 prompt="Triage ticket 42 and tell the team.",
@@ -94,7 +76,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_over_the_real_client(mon
     """notify_team asks for a retry on try 1 with agent retries=0: try 1 fails, and try 2 must succeed as the
     same task without durable does. The answer is asked again; its fetch_ticket call is the same call in the
     same conversation (only the response's per-call stamps differ), so it replays instead of running twice."""
-    from airflow.sdk import DAG, get_current_context
+    from airflow.sdk import get_current_context
     from pydantic_ai import ModelRetry
 
     from airflow_pydantic_ai.operators.agent import AgentOperator
@@ -113,29 +95,14 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_over_the_real_client(mon
     def notify_team(ticket_id: int) -> str:
         """Notify the team; rate limited on the first try."""
         count("notify_team")
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ModelRetry("rate limited (HTTP 429)")
         return "posted"
 
     with ScriptedOpenAIServer(_rate_limited_script) as server:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LOCAL_OPENAI",
-            json.dumps(
-                {
-                    "conn_type": "pydantic_ai",
-                    "host": server.base_url,
-                    "password": "sk-test-key",
-                    "extra": {"model": "openai-chat:gpt-test"},
-                }
-            ),
-        )
+        server.connect(monkeypatch)
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
-        with DAG(
-            dag_id="e2e_openai_transient_retry",
-            schedule=None,
-            start_date=datetime(2026, 1, 1),
-            default_args={"retries": 1, "retry_delay": timedelta(0)},
-        ) as dag:
+        with make_dag("e2e_openai_transient_retry") as dag:
             for task_id, durable in (("durable", True), ("plain", False)):
                 AgentOperator(
                     task_id=task_id,
@@ -148,12 +115,7 @@ def test_a_tool_retry_that_failed_try_1_is_not_replayed_over_the_real_client(mon
         dr = run_dag(dag)
         out = capfd.readouterr().out
 
-    from tests.helpers.airflow_run import task_states
-
-    assert dr.state == "success"
-    states = task_states(dr)
-    assert states[("durable", -1)] == states[("plain", -1)] == ("success", 2)
-    assert xcom_value(dr, "durable") == xcom_value(dr, "plain") == "Ticket 42 triaged and the team notified."
+    assert durable_and_plain_output(dr) == "Ticket 42 triaged and the team notified."
     assert calls["notify_team:durable"] == calls["notify_team:plain"] == 2
     assert calls["fetch_ticket:plain"] == 2
     assert calls["fetch_ticket:durable"] == 1, "the re-asked answer's other call replays"

@@ -10,8 +10,9 @@ from importlib.metadata import distribution, distributions
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.airflow_cli import AIRFLOW_BIN
+
 PACKAGE = "airflow-pydantic-ai"
-AIRFLOW_BIN = Path(sys.executable).parent / "airflow"
 
 
 def _airflow_cli(*args: str, env: dict[str, str] | None = None) -> str:

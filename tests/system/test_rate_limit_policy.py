@@ -8,15 +8,14 @@ On Airflow 3.3 (retry policies, no reschedule) it retries after the provider's w
 
 from __future__ import annotations
 
-import json
 import re
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from packaging.version import Version
 from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states, xcom_value
+from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
 from tests.helpers.compat import airflow_version
 from tests.helpers.openai_server import ScriptedOpenAIServer
 
@@ -33,8 +32,6 @@ RATE_LIMITED_ANSWERS = 3
 
 
 def test_a_rate_limited_model_is_waited_out_and_the_recorded_steps_replay(monkeypatch, tmp_path, capfd):
-    from airflow.sdk import DAG
-
     from airflow_pydantic_ai.operators.agent import AgentOperator
     from airflow_pydantic_ai.retry_policy import CAN_RESCHEDULE, RateLimitRetryPolicy
 
@@ -63,24 +60,10 @@ def test_a_rate_limited_model_is_waited_out_and_the_recorded_steps_replay(monkey
         return {"content": "Ticket 42 triaged and the team notified."}
 
     with ScriptedOpenAIServer(script) as server:
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_LOCAL_OPENAI",
-            json.dumps(
-                {
-                    "conn_type": "pydantic_ai",
-                    "host": server.base_url,
-                    "password": "sk-test-key",
-                    "extra": {"model": "openai-chat:gpt-test"},
-                }
-            ),
-        )
+        server.connect(monkeypatch)
         monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
-        with DAG(
-            dag_id="e2e_rate_limit_policy",
-            schedule=None,
-            start_date=datetime(2026, 1, 1),
-            default_args={"retries": 1, "retry_delay": timedelta(hours=1)},  # a retry would not come back in time
-        ) as dag:
+        # A retry would not come back in time.
+        with make_dag("e2e_rate_limit_policy", retry_delay=timedelta(hours=1)) as dag:
             AgentOperator(
                 task_id="triage",
                 prompt="Triage ticket 42 and tell the team.",

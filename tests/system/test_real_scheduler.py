@@ -10,7 +10,6 @@ Slow (about half a minute): deselect with ``-m "not scheduler"`` or set
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,13 +19,7 @@ import pytest
 from tests.helpers.standalone import AirflowCluster, durable_cluster
 from tests.helpers.task_logs import log_events, summaries
 
-pytestmark = [
-    pytest.mark.scheduler,
-    pytest.mark.skipif(
-        os.environ.get("AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER") == "1",
-        reason="AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1",
-    ),
-]
+pytestmark = pytest.mark.scheduler  # skipped when AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1 (conftest.py)
 
 DAG_FILE = Path(__file__).parent / "dags" / "durable_scheduler_dag.py"
 DAG_ID = "durable_real_scheduler"  # as in DAG_FILE

@@ -10,7 +10,6 @@ Slow (about half a minute): deselect with ``-m "not scheduler"`` or set ``AIRFLO
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,14 +19,10 @@ import pytest
 from packaging.version import Version
 from tests.helpers.compat import airflow_version
 from tests.helpers.standalone import AirflowCluster, ClusterError, durable_cluster, user_env
-from tests.system.test_real_scheduler import log_events, summaries
+from tests.helpers.task_logs import log_events, summaries
 
 pytestmark = [
     pytest.mark.scheduler,
-    pytest.mark.skipif(
-        os.environ.get("AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER") == "1",
-        reason="AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1",
-    ),
     pytest.mark.skipif(
         airflow_version() < Version("3.3"),
         reason=f"Airflow {airflow_version()} defers an approval to HITLTrigger, and this cluster runs no triggerer "

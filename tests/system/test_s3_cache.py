@@ -6,23 +6,18 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.toolsets import FunctionToolset
-from tests.helpers.airflow_run import run_dag, task_states
+from tests.helpers.airflow_run import current_try, make_dag, run_dag, task_states
+from tests.helpers.operator_runs import durable_operator
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.s3
 
 
 def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, monkeypatch, capfd):
-    from airflow.sdk import DAG, get_current_context
-
-    from airflow_pydantic_ai.operators.agent import AgentOperator
-
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", s3_bucket.url("agent-cache"))
     calls: dict[str, int] = {"fetch": 0, "notify": 0}
     keys_between_tries: list[str] = []
@@ -35,27 +30,15 @@ def test_s3_cache_replays_and_is_deleted_after_success(airflow_db, s3_bucket, mo
     def notify_team(ticket_id: int) -> str:
         """Notify."""
         calls["notify"] += 1
-        if get_current_context()["ti"].try_number == 1:
+        if current_try() == 1:
             raise ConnectionError("down")
         return "posted"
 
     def snapshot(context: Any) -> None:
         keys_between_tries.extend(s3_bucket.list_keys())
 
-    with DAG(
-        dag_id="s3.cache-dag",
-        schedule=None,
-        start_date=datetime(2026, 1, 1),
-        default_args={"retries": 1, "retry_delay": timedelta(0)},
-    ) as dag:
-        AgentOperator(
-            task_id="triage",
-            prompt="Triage 42.",
-            model_id="test",
-            toolsets=[FunctionToolset([fetch_ticket, notify_team])],
-            durable=True,
-            on_retry_callback=snapshot,
-        )
+    with make_dag("s3.cache-dag") as dag:
+        durable_operator(fetch_ticket, notify_team, prompt="Triage 42.", on_retry_callback=snapshot)
     dr = run_dag(dag)
     out = capfd.readouterr().out
 

@@ -12,7 +12,6 @@ Slow (about a minute): deselect with ``-m "not scheduler"`` or set ``AIRFLOW_PYD
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,15 +19,9 @@ from pathlib import Path
 
 import pytest
 from tests.helpers.standalone import AirflowCluster, durable_cluster
-from tests.system.test_real_scheduler import log_events
+from tests.helpers.task_logs import log_events
 
-pytestmark = [
-    pytest.mark.scheduler,
-    pytest.mark.skipif(
-        os.environ.get("AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER") == "1",
-        reason="AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1",
-    ),
-]
+pytestmark = pytest.mark.scheduler  # skipped when AIRFLOW_PYDANTIC_AI_SKIP_SCHEDULER=1 (conftest.py)
 
 DAG_FILE = Path(__file__).parent / "dags" / "success_window_dag.py"
 DAG_ID = "durable_success_window"  # as in DAG_FILE

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-AIRFLOW_BIN = Path(sys.executable).parent / "airflow"
+from tests.helpers.airflow_cli import CliAirflow
 
 DAG_FILE = textwrap.dedent(
     '''
@@ -40,31 +35,15 @@ DAG_FILE = textwrap.dedent(
 )
 
 
-def _airflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(AIRFLOW_BIN), *args], capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT
-    )
-
-
 def test_airflow_tasks_test_runs_every_step_live_and_leaves_the_failed_runs_cache(tmp_path):
-    home = tmp_path / "home"
-    (home / "dags").mkdir(parents=True)
-    (home / "dags" / "cli_tasks_test.py").write_text(DAG_FILE)
+    airflow = CliAirflow.create(tmp_path, "cli_tasks_test.py", DAG_FILE)
     cache = tmp_path / "cache"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{cache}",
-        "PYTHONPATH": str(REPO_ROOT),
-    }
-    assert _airflow(env, "db", "migrate").returncode == 0
-    assert _airflow(env, "dags", "reserialize").returncode == 0
+    assert airflow.run("db", "migrate").returncode == 0
+    assert airflow.run("dags", "reserialize").returncode == 0
 
     outputs = []
     for _ in range(2):
-        result = _airflow(env, "tasks", "test", "cli_tasks_test", "triage")
+        result = airflow.run("tasks", "test", "cli_tasks_test", "triage")
         outputs.append(result.stdout + result.stderr)
     runs = sorted(path.name for path in (cache / "cli_tasks_test").iterdir())
 

@@ -19,33 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers.crash_worker import IDENTITY, ForkServer, expected_output
+from tests.helpers.crash_worker import ForkServer, cache_root, expected_output
 
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
 STEPS = 8
 
 
-@pytest.fixture(scope="module")
-def fork_server():
-    server = ForkServer()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-def root_of(base: Path) -> Path:
-    return base.joinpath(*IDENTITY.segments())
-
-
 def entry_names(base: Path) -> list[str]:
-    root = root_of(base)
+    root = cache_root(base)
     return sorted(p.name for p in root.iterdir() if p.name.endswith(".json")) if root.exists() else []
 
 
 def assert_every_entry_parses(base: Path) -> int:
-    root = root_of(base)
+    root = cache_root(base)
     names = entry_names(base)
     for name in names:
         StepEntry.from_bytes((root / name).read_bytes(), name=name)  # raises on any corruption

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from tests.helpers.durable import DurableHarness
-from tests.unit.test_durable_report import flaky_agent
+from tests.helpers.weather import flaky_agent
 
 from airflow_pydantic_ai.metrics import METRIC_NAMES, METRIC_PREFIX, airflow_stats, count_attempt
 

@@ -7,36 +7,15 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
+from tests.helpers.weather import flaky_agent
 
 from airflow_pydantic_ai.durable import run_agent
 from airflow_pydantic_ai.durable.accounting import Accounting
 from airflow_pydantic_ai.durable.steps.cost import response_cost
 from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, DurableReport
-
-
-def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """Asks for the lookup, then answers; each request reports 100 input tokens per request so far, 10 output."""
-    requests = sum(isinstance(message, ModelResponse) for message in messages) + 1
-    usage = RequestUsage(input_tokens=100 * requests, output_tokens=10 * requests)
-    if not any(isinstance(part, ToolReturnPart) for message in messages for part in message.parts):
-        return ModelResponse(parts=[ToolCallPart("lookup", {"city": "Paris"}, tool_call_id="c1")], usage=usage)
-    return ModelResponse(parts=[TextPart("sunny")], usage=usage)
-
-
-def flaky_agent(fail_first: list[bool]) -> Agent[Any, str]:
-    agent: Agent[Any, str] = Agent(FunctionModel(_model))
-
-    @agent.tool_plain
-    def lookup(city: str) -> str:
-        if fail_first:
-            fail_first.pop()
-            raise ConnectionError("weather API down")
-        return f"{city}: sunny"
-
-    return agent
 
 
 def _reported(harness: Any, agent: Agent[Any, str], prompt: str) -> tuple[dict[str, Any], Any, Any]:
@@ -184,7 +163,7 @@ def test_the_report_names_the_changed_components(harness):
 
 
 def test_a_delegates_steps_count_in_the_report(harness):
-    from tests.unit.test_nested_runs import helper_agent, outer_agent
+    from tests.helpers.delegates import helper_agent, outer_agent
 
     outer = outer_agent(helper_agent(flaky={"failures": 1}), topics=[["printer"]])
     with pytest.raises(ConnectionError):
@@ -199,7 +178,7 @@ def test_a_delegates_steps_count_in_the_report(harness):
 
 def test_a_budget_across_tries_covers_a_delegates_requests(harness):
     from pydantic_ai.usage import UsageLimits
-    from tests.unit.test_nested_runs import calls, helper_agent, outer_agent
+    from tests.helpers.delegates import calls, helper_agent, outer_agent
 
     from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
 

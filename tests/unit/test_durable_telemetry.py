@@ -9,7 +9,6 @@ steps' spans are not exported at all; before it they are exported again, marked
 from __future__ import annotations
 
 from importlib.metadata import version
-from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -18,11 +17,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from packaging.version import Version
-from pydantic_ai import Agent
-from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from tests.helpers.durable import DurableHarness
-from tests.unit.test_durable_report import _model
+from tests.helpers.weather import flaky_agent
 
 from airflow_pydantic_ai.durable.steps.telemetry import HOLDS_BACK_REPLAYS, REPLAYED_ATTRIBUTE
 
@@ -68,27 +65,13 @@ class Telemetry:
         return totals
 
 
-def instrumented_agent(telemetry: Telemetry, fail_first: list[bool]) -> Agent[Any, str]:
-    agent: Agent[Any, str] = Agent(FunctionModel(_model))
-    agent.instrument = telemetry.settings
-
-    @agent.tool_plain
-    def lookup(city: str) -> str:
-        if fail_first:
-            fail_first.pop()
-            raise ConnectionError("weather API down")
-        return f"{city}: sunny"
-
-    return agent
-
-
 def _chat_spans(spans: list[ReadableSpan]) -> list[ReadableSpan]:
     return [span for span in spans if span.name.startswith("chat ")]
 
 
 def _two_tries(harness: DurableHarness, telemetry: Telemetry) -> tuple[list[ReadableSpan], list[ReadableSpan]]:
     """Try 1: model step 1 live, the tool fails. Try 2: model step 1 replayed, the tool and model step 2 live."""
-    agent = instrumented_agent(telemetry, [True])
+    agent = flaky_agent([True], telemetry.settings)
     with pytest.raises(ConnectionError):
         harness.run(agent, "weather", run_options={"span_attributes": IDENTITY})
     first = telemetry.take_spans()
@@ -136,7 +119,7 @@ def test_the_version_gate_matches_the_installed_pydantic_ai():
 def test_every_agent_span_carries_the_task_identity_and_nests_under_the_task_span(harness):
     telemetry = Telemetry()
     tracer = telemetry.tracer_provider.get_tracer("airflow-task-runner-stand-in")
-    agent = instrumented_agent(telemetry, [])
+    agent = flaky_agent([], telemetry.settings)
     with tracer.start_as_current_span("worker.report") as task_span:
         harness.run(agent, "weather", run_options={"span_attributes": IDENTITY})
     spans = telemetry.take_spans()

@@ -11,9 +11,12 @@ retry, with a different kind of damage on each of several entries at once.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic_ai import Agent
 from tests.helpers.damage import (
     DAMAGES,
     FETCHES,
@@ -34,14 +37,23 @@ def damage_harness(tmp_path: Path) -> DurableHarness:
     return DurableHarness(base=str(tmp_path / "cache"), identity=IDENTITY)
 
 
-@pytest.mark.parametrize("target", ["tool", "model"])
-@pytest.mark.parametrize("damage", sorted(DAMAGES))
-def test_damaged_entry_is_ignored_and_its_step_runs_live(tmp_path, damage, target):
+def killed_first_try(
+    tmp_path: Path, fetches: int = FETCHES
+) -> tuple[DurableHarness, Counter[str], Callable[[], Agent[Any, str]]]:
+    """Try 1 of the damage agent: it records every step it gets to, then fails in notify and is killed.
+    Returns the harness, the tools' call counts, and how to build the agent again for the next try."""
     harness = damage_harness(tmp_path)
     calls: Counter[str] = Counter()
     fail = {"fail": True}
     with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail), PROMPT, killed=True)
+        harness.run(build_agent(calls, fail, fetches=fetches), PROMPT, killed=True)
+    return harness, calls, lambda: build_agent(calls, fail, fetches=fetches)
+
+
+@pytest.mark.parametrize("target", ["tool", "model"])
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_damaged_entry_is_ignored_and_its_step_runs_live(tmp_path, damage, target):
+    harness, calls, agent = killed_first_try(tmp_path)
     root = harness.root
     entries = entries_on_disk(root)
     assert len(entries) == (FETCHES + 1) + FETCHES  # 4 model answers, 3 fetches (notify failed)
@@ -52,7 +64,7 @@ def test_damaged_entry_is_ignored_and_its_step_runs_live(tmp_path, damage, targe
         sibling = entries[("model", 3)]
     DAMAGES[damage](victim, sibling)
 
-    result, run, log = harness.run(build_agent(calls, fail), PROMPT)
+    result, run, log = harness.run(agent(), PROMPT)
 
     assert result.output == expected_output()
     named = [warning for warning in log.at("warning") if victim.name in warning]
@@ -75,14 +87,10 @@ def test_damaged_entry_is_ignored_and_its_step_runs_live(tmp_path, damage, targe
 
 
 def test_unrebuildable_model_entry_does_not_claim_the_run_diverged(tmp_path):
-    harness = damage_harness(tmp_path)
-    calls: Counter[str] = Counter()
-    fail = {"fail": True}
-    with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail), PROMPT, killed=True)
+    harness, _calls, agent = killed_first_try(tmp_path)
     victim = entries_on_disk(harness.root)[("model", 2)]
     victim.write_bytes(unrebuildable_payload(victim))
-    _, run, log = harness.run(build_agent(calls, fail), PROMPT)
+    _, run, log = harness.run(agent(), PROMPT)
     assert run.replayed.tool == FETCHES, "the later steps did replay"
     assert not [warning for warning in log.at("warning") if "differs from what attempt" in warning], log.at("warning")
 
@@ -90,17 +98,13 @@ def test_unrebuildable_model_entry_does_not_claim_the_run_diverged(tmp_path):
 @pytest.mark.parametrize("storage_errors", ["warn", "fail"])
 @pytest.mark.parametrize("damage", ["deeply-nested-json", "step-is-infinity"])
 def test_one_pathological_entry_does_not_cost_the_whole_cache(tmp_path, damage, storage_errors):
-    harness = damage_harness(tmp_path)
-    calls: Counter[str] = Counter()
-    fail = {"fail": True}
-    with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail), PROMPT, killed=True)
+    harness, calls, agent = killed_first_try(tmp_path)
     victim = entries_on_disk(harness.root)[("tool", 2)]
     if damage == "deeply-nested-json":
         victim.write_bytes(b"[" * 100_000 + b"]" * 100_000)
     else:
         victim.write_bytes(reencoded(victim, step=float("inf")))
-    result, _run, log = harness.run(build_agent(calls, fail), PROMPT, run_options={"storage_errors": storage_errors})
+    result, _run, log = harness.run(agent(), PROMPT, run_options={"storage_errors": storage_errors})
     assert result.output == expected_output()
     assert any(victim.name in warning for warning in log.at("warning")), log.lines
     assert calls == {"fetch 1": 1, "fetch 2": 2, "fetch 3": 1, "notify": 2}, "only the damaged step ran again"
@@ -108,17 +112,13 @@ def test_one_pathological_entry_does_not_cost_the_whole_cache(tmp_path, damage, 
 
 def test_key_mismatch_never_replays_the_other_steps_result(tmp_path):
     """An entry copied under another step's name: the step it was copied onto never gets its result."""
-    harness = damage_harness(tmp_path)
-    calls: Counter[str] = Counter()
-    fail = {"fail": True}
-    with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail), PROMPT, killed=True)
+    harness, calls, agent = killed_first_try(tmp_path)
     entries = entries_on_disk(harness.root)
     # Every tool entry now holds fetch 3's result, each under its own (wrong) name.
     source = entries[("tool", 3)].read_bytes()
     for step in (1, 2):
         entries[("tool", step)].write_bytes(source)
-    result, _run, log = harness.run(build_agent(calls, fail), PROMPT)
+    result, _run, log = harness.run(agent(), PROMPT)
     assert result.output == expected_output()
     assert fetch_result(3) not in result.output.split(" / ")[:2]
     assert calls["fetch 1"] == 2 and calls["fetch 2"] == 2 and calls["fetch 3"] == 1
@@ -128,11 +128,7 @@ def test_key_mismatch_never_replays_the_other_steps_result(tmp_path):
 def test_every_damage_at_once_in_one_cache(tmp_path):
     """Many damaged entries and junk files in one prefix: all skipped, one warning each, nothing else lost."""
     fetches = len(DAMAGES) + 1
-    harness = damage_harness(tmp_path)
-    calls: Counter[str] = Counter()
-    fail = {"fail": True}
-    with pytest.raises(ConnectionError):
-        harness.run(build_agent(calls, fail, fetches=fetches), PROMPT, killed=True)
+    harness, calls, agent = killed_first_try(tmp_path, fetches)
     root = harness.root
     entries = entries_on_disk(root)
     victims = {}
@@ -144,7 +140,7 @@ def test_every_damage_at_once_in_one_cache(tmp_path):
     (root / "README.txt").write_text("someone left notes here")
     (root / "model-notes.json.bak").write_bytes(b"{}")
 
-    result, run, log = harness.run(build_agent(calls, fail, fetches=fetches), PROMPT)
+    result, run, log = harness.run(agent(), PROMPT)
 
     assert result.output == expected_output(fetches)
     for damage, name in victims.items():

@@ -78,20 +78,24 @@ def test_entry_point_resolves_to_get_provider_info() -> None:
     assert entry_point.load() is get_provider_info
 
 
+OPTIONS = {
+    "cache_view",
+    "durable_cache_path",
+    "durable_mode",
+    "durable_storage_errors",
+    "durable_storage_timeout",
+    "durable_encrypt",
+    "on_clear",
+    "durable_budget_across_tries",
+    "durable_cache_shared",
+}
+"""The [pydantic_ai] options, as get_provider_info() declares them and Airflow's ProvidersManager registers them."""
+
+
 def test_every_config_option_has_what_airflow_requires() -> None:
     options = get_provider_info()["config"]["pydantic_ai"]["options"]
 
-    assert set(options) == {
-        "cache_view",
-        "durable_cache_path",
-        "durable_mode",
-        "durable_storage_errors",
-        "durable_storage_timeout",
-        "durable_encrypt",
-        "on_clear",
-        "durable_budget_across_tries",
-        "durable_cache_shared",
-    }
+    assert set(options) == OPTIONS
     for name, option in options.items():
         missing = {"description", "version_added", "type", "example", "default"} - set(option)
         assert not missing, f"{name} lacks {missing}"
@@ -110,17 +114,7 @@ def test_providers_manager_registers_the_provider_and_its_config() -> None:
 
     assert manager.providers[PACKAGE].version == distribution(PACKAGE).version
     configs = dict(manager.provider_configs)
-    assert set(configs[PACKAGE]["pydantic_ai"]["options"]) == {
-        "cache_view",
-        "durable_cache_path",
-        "durable_mode",
-        "durable_storage_errors",
-        "durable_storage_timeout",
-        "durable_encrypt",
-        "on_clear",
-        "durable_budget_across_tries",
-        "durable_cache_shared",
-    }
+    assert set(configs[PACKAGE]["pydantic_ai"]["options"]) == OPTIONS
     skip_without_connection_form_metadata()
     assert manager.field_behaviours["pydantic_ai"]["relabeling"] == {"host": "Base URL", "password": "API key"}
 

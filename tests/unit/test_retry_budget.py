@@ -8,39 +8,12 @@ from typing import Any
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.usage import RequestUsage, UsageLimits
+from pydantic_ai.usage import UsageLimits
+from tests.helpers.weather import agent_failing_once
 
 from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
-
-
-def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """lookup, then notify, then the answer; every request reports 100 input and 10 output tokens."""
-    returned = [part.tool_name for m in messages for part in m.parts if isinstance(part, ToolReturnPart)]
-    usage = RequestUsage(input_tokens=100, output_tokens=10)
-    if not returned:
-        return ModelResponse(parts=[ToolCallPart("lookup", {"city": "Paris"}, tool_call_id="c1")], usage=usage)
-    if returned == ["lookup"]:
-        return ModelResponse(parts=[ToolCallPart("notify", {"text": "sunny"}, tool_call_id="c2")], usage=usage)
-    return ModelResponse(parts=[TextPart("done")], usage=usage)
-
-
-def agent_failing_once(sent: list[str]) -> Agent[Any, str]:
-    agent: Agent[Any, str] = Agent(FunctionModel(_model))
-
-    @agent.tool_plain
-    def lookup(city: str) -> str:
-        return f"{city}: sunny"
-
-    @agent.tool_plain
-    def notify(text: str) -> str:
-        sent.append(text)
-        if len(sent) == 1:
-            raise ConnectionError("chat API down")
-        return "sent"
-
-    return agent
 
 
 def test_a_retry_is_stopped_before_the_request_that_would_exceed_the_budget(harness):
