@@ -29,19 +29,12 @@ from airflow_pydantic_ai.durable import (
     TaskIdentity,
     list_caches,
 )
+from airflow_pydantic_ai.durable.errors import NoSuchIteration, OutsideCacheBase
 
 __all__ = ["STEP_LIMIT", "CacheAccess", "NoSuchIteration", "OutsideCacheBase", "loop_caches", "open_cache"]
 
 STEP_LIMIT = 4096
 """Characters of a decoded step shown unless the whole step is asked for."""
-
-
-class OutsideCacheBase(ValueError):
-    """The ids would lead outside the configured cache base (never expected: segments are encoded)."""
-
-
-class NoSuchIteration(LookupError):
-    """No cache (or more than one, under nested loops) of the task instance in that loop iteration."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from airflow_pydantic_ai.durable.errors import ReplayFailed
+
 __all__ = ["DurableReplay", "DurableTestResult", "ReplayFailed", "durable_replay", "pytest_addoption"]
 
 REPORT_KEY = "durable_report"
@@ -46,10 +48,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="Run agent tasks live (durable_mode = record) and rewrite their fixtures, instead of replaying them",
     )
-
-
-class ReplayFailed(AssertionError):
-    """An agent task did not replay: a step was not recorded (the message says which, and what changed)."""
 
 
 @dataclass(frozen=True)
