@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from airflow_pydantic_ai.durable.errors import ReplayFailed
+from airflow_pydantic_ai.durable.errors import DurableError
 
 __all__ = ["DurableReplay", "DurableTestResult", "ReplayFailed", "durable_replay", "pytest_addoption"]
 
@@ -48,6 +48,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="Run agent tasks live (durable_mode = record) and rewrite their fixtures, instead of replaying them",
     )
+
+
+class ReplayFailed(DurableError, AssertionError):
+    """An agent task did not replay: a step was not recorded (the message says which, and what changed)."""
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def test_every_public_error_derives_from_the_one_base() -> None:
     ("name", "old_base"),
     [
         ("airflow_pydantic_ai.durable.steps.budget.RetryBudgetExceeded", UsageLimitExceeded),
-        ("airflow_pydantic_ai.durable.errors.ReplayFailed", AssertionError),
+        ("airflow_pydantic_ai.testing.ReplayFailed", AssertionError),
         ("airflow_pydantic_ai.durable.errors.FixtureError", ValueError),
         ("airflow_pydantic_ai.durable.errors.OutsideCacheBase", ValueError),
         ("airflow_pydantic_ai.durable.errors.NoSuchIteration", LookupError),

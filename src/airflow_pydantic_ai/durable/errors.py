@@ -12,10 +12,11 @@ Public errors (a user, a test or the Airflow side may catch them):
 - ``ApprovalTimedOut``: an approval wait timed out and the task says to fail then.
 - ``FixtureError``: a fixture that is missing, unreadable, or not this task's.
 - ``ReplayMiss``: a step of a ``replay`` attempt has no recorded entry.
-- ``ReplayFailed``: an agent task did not replay under the pytest plugin (also an ``AssertionError``).
+- ``ReplayFailed`` (defined in ``testing.py``, deriving from this base: pytest prints its dotted name,
+  ``airflow_pydantic_ai.testing.ReplayFailed``, in every failed replay, and the docs quote it).
 - ``OutsideCacheBase`` and ``NoSuchIteration``: the ids given to ``cache`` commands or the view lead
   outside the cache base, or to no cache of that loop iteration.
-- ``RetryBudgetExceeded`` (defined in ``steps/budget.py``, not here: it is also pydantic-ai's
+- ``RetryBudgetExceeded`` (defined in ``steps/budget.py``: it is also pydantic-ai's
   ``UsageLimitExceeded``, and this module imports nothing, so that the read side and the CLI can catch
   these errors without importing pydantic-ai).
 
@@ -40,7 +41,6 @@ __all__ = [
     "FixtureError",
     "NoSuchIteration",
     "OutsideCacheBase",
-    "ReplayFailed",
     "ReplayMiss",
     "describe_error",
 ]
@@ -78,10 +78,6 @@ class ReplayMiss(DurableError):
         self.changed = changed
         """True: something was recorded at this point and the current code asks differently. False: the
         recording ends before this step (a failed run's cache: a retry would run on live from here)."""
-
-
-class ReplayFailed(DurableError, AssertionError):
-    """An agent task did not replay: a step was not recorded (the message says which, and what changed)."""
 
 
 class OutsideCacheBase(DurableError, ValueError):
