@@ -20,16 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import (
-    CacheReader,
-    CacheSummary,
-    StepDetail,
-    StepInfo,
-    StepStore,
-    TaskIdentity,
-    list_caches,
-)
+from airflow_pydantic_ai.durable import StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.errors import NoSuchIteration, OutsideCacheBase
+from airflow_pydantic_ai.durable.read import CacheReader, CacheSummary, StepDetail, StepInfo, list_caches
 
 __all__ = ["STEP_LIMIT", "CacheAccess", "NoSuchIteration", "OutsideCacheBase", "loop_caches", "open_cache"]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import DurableConfigError, describe_error
+from airflow_pydantic_ai.durable.errors import DurableConfigError, describe_error
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable import StepStore, TaskLogger
@@ -34,7 +34,6 @@ __all__ = [
     "ClearDecision",
     "decide_after_clear",
     "discard_after_clear",
-    "is_cleared_try",
     "log_resume_after_clear",
     "on_clear_option",
 ]
@@ -55,21 +54,6 @@ def on_clear_option(override: str | None = None) -> str:
     if value not in ON_CLEAR_CHOICES:
         raise DurableConfigError(f"{where} {raw!r} is not one of {', '.join(ON_CLEAR_CHOICES)}")
     return value
-
-
-def is_cleared_try(ti: Any) -> bool:
-    """Whether this try is the first of a series a clear started (not try 1, not a retry).
-
-    Airflow sets ``max_tries = try_number - 1 + retries`` on a clear, and leaves it on a retry. When the
-    numbers cannot be read, no try counts as cleared (nothing is discarded).
-    """
-    from airflow_pydantic_ai.durability import first_try_of_a_series
-
-    try:
-        try_number = int(ti.try_number)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return try_number > 1 and first_try_of_a_series(ti) is True
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import DurableConfigError, StepStore, TaskIdentity, make_private_folders
+from airflow_pydantic_ai.durable import Region, StepStore, TaskIdentity, make_private_folders
+from airflow_pydantic_ai.durable.errors import DurableConfigError
+from airflow_pydantic_ai.which_try import ThisTry, cache_belongs_to_this_dag_run, is_cleared_try, retries_an_earlier_try
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
@@ -32,18 +34,14 @@ __all__ = [
     "CONFIG_SECTION",
     "CacheBase",
     "DurableSettings",
-    "ThisTry",
-    "cache_belongs_to_this_dag_run",
     "cache_rm_command",
     "default_cache_path",
     "delete_cache_after_success",
     "durable_attempt",
-    "first_try_of_a_series",
     "hint_at_retries",
     "note_how_the_try_ends",
     "open_cache_base",
     "resolve_cache_path",
-    "retries_an_earlier_try",
     "span_attributes",
     "start_durable_run",
 ]
@@ -217,79 +215,6 @@ def _budget_across_tries() -> bool:
         ) from error
 
 
-def retries_an_earlier_try(ti: Any) -> bool:
-    """Whether this try is Airflow's automatic retry of an earlier try of the same series.
-
-    A series starts with the DAG run, and again with each clear: Airflow then sets ``max_tries`` to the
-    last try number plus the task's ``retries``, so the first try of a series is the one where
-    ``max_tries == try_number - 1 + retries``. Only a retry may return an output recorded by the try
-    before it (that try finished, but Airflow never stored its success); a clear asks for a new run.
-    When the numbers cannot be read, any try after the first counts as a retry.
-    """
-    try:
-        try_number = int(ti.try_number)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    first = first_try_of_a_series(ti)
-    return try_number > 1 and (first is None or not first)
-
-
-def first_try_of_a_series(ti: Any) -> bool | None:
-    """Whether this try starts a series (the DAG run's first, or the first after a clear); None when unknown.
-
-    Airflow sets ``max_tries`` to the last try number plus the task's ``retries`` when a series starts,
-    and leaves it alone on a retry.
-    """
-    try:
-        try_number, max_tries, retries = int(ti.try_number), int(ti.max_tries), int(ti.task.retries or 0)
-    except (AttributeError, TypeError, ValueError):
-        return None
-    return max_tries == try_number - 1 + retries
-
-
-@dataclass(frozen=True)
-class ThisTry:
-    """What Airflow tells a running task about its place in its DAG run's history."""
-
-    try_number: int
-    resuming: bool = False
-    """Resuming from a deferral, a human-input wait or a reschedule: the same try as the one that started,
-    which may have recorded steps already (Airflow counts none of these as a new try)."""
-
-    @classmethod
-    def of(cls, ti: Any, *, resuming: bool = False, reschedules: int = 0) -> ThisTry:
-        """``resuming``: the caller knows it resumes (the operator's approval callback does).
-
-        ``reschedules``: how often Airflow rescheduled this try so far (the context's
-        ``task_reschedule_count``, counted per try by the server): a retry policy's ``RESCHEDULE`` (3.4), a
-        task raising ``AirflowRescheduleException``, a startup reschedule. A rescheduled try runs again
-        under the same try number, after its earlier runs may have recorded steps.
-        """
-        return cls(
-            try_number=int(getattr(ti, "try_number", 0) or 0),
-            resuming=resuming or _compat.resumes_after_deferral(ti) or reschedules > 0,
-        )
-
-
-def cache_belongs_to_this_dag_run(tries: Collection[int], this_try: ThisTry) -> bool:
-    """Whether a task instance's existing cache was written by this DAG run, not an earlier one with its run_id.
-
-    A DAG run deleted and created again (a person, the REST API, the scheduler re-creating a deleted
-    interval, ``dag.test()`` given an existing logical date) starts its task instances from try 1, and
-    nothing in the task context tells the two runs apart otherwise. Airflow numbers tries so that every
-    try of a task instance starts with a higher number than the tries before it: a retry, a clear of
-    the task or of the run (the scheduler adds one to the try number), a retry on another worker. So a
-    try can only find steps recorded by tries numbered below its own, or by itself when it resumes
-    from a deferral, a human-input wait or a reschedule (which keeps the try number). Any other entry
-    written by a try numbered the same or higher (every entry, on a first try 1) was written by an
-    earlier run.
-
-    ``tries``: the try numbers that wrote the entries found.
-    """
-    latest_own_try = this_try.try_number if this_try.resuming else this_try.try_number - 1
-    return all(attempt <= latest_own_try for attempt in tries)
-
-
 @dataclass(frozen=True)
 class CacheBase:
     """The configured cache location, opened as a task opens it: its path, the cipher and the timeout.
@@ -366,12 +291,13 @@ def task_identity(ti: Any, context: Any = None) -> TaskIdentity:
     each iteration (and each map index of one) has a cache of its own.
     """
     map_index = getattr(ti, "map_index", None)
+    region = _compat.task_region(ti, context)
     return TaskIdentity(
         dag_id=ti.dag_id,
         run_id=ti.run_id,
         task_id=ti.task_id,
         map_index=-1 if map_index is None else int(map_index),
-        region=_compat.task_region(ti, context),
+        region=None if region is None else Region.of(*region),
     )
 
 
@@ -415,7 +341,7 @@ def start_durable_run(
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai import clear_policy
-    from airflow_pydantic_ai.durable import DurableRun, secret_check
+    from airflow_pydantic_ai.durable import AttemptSettings
 
     ti = context["ti"]
     settings = DurableSettings.read(cache_path)
@@ -437,26 +363,25 @@ def start_durable_run(
     this_try = ThisTry.of(ti, resuming=resuming, reschedules=_compat.reschedule_count(context))
     across_tries = settings.budget_across_tries if budget_across_tries is None else budget_across_tries
     max_tries = getattr(ti, "max_tries", None)
-    cleared = not this_try.resuming and clear_policy.is_cleared_try(ti)
+    cleared = not this_try.resuming and is_cleared_try(ti)
     after_clear = clear_policy.decide_after_clear(context, on_clear, cleared=cleared)
     if after_clear is not None and after_clear.fresh:
         clear_policy.discard_after_clear(store, after_clear, log)
     if modes is not None:  # durable_mode = record: empty the cache first
         modes.before_open(store, log)
-    run = DurableRun.open(
-        store,
+    run = AttemptSettings(
         attempt=this_try.try_number or 1,
         log=log,
         probe=True,
         belongs=lambda tries: cache_belongs_to_this_dag_run(tries, this_try),
-        contains_secret=secret_check(_compat.redact),
+        redact=_compat.redact,
         storage_errors="fail" if settings.storage_errors == "fail" else "warn",
         takes_recorded_output=retries_an_earlier_try(ti),
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         delete_hint=delete_command,
         span_attributes=span_attributes(ti),  # issue 22
         budget=usage_limits if across_tries and usage_limits is not None else None,  # issue 22
-    )
+    ).open(store)
     if after_clear is not None and not after_clear.fresh:
         steps = sum(entry.kind != "result" for entry in run.entries.values())
         clear_policy.log_resume_after_clear(after_clear, steps, log)
@@ -520,7 +445,7 @@ def durable_attempt(
     :param cache_path: Overrides ``[pydantic_ai] durable_cache_path`` for this task.
     :param log: Where the durable lines go (default: the task's own log, as an operator's).
     """
-    from airflow_pydantic_ai.durable import attempt_scope, telemetry_scope
+    from airflow_pydantic_ai.durable import attempt_block
     from airflow_pydantic_ai.reporting import publish_report
 
     if context is None:
@@ -533,7 +458,7 @@ def durable_attempt(
     task = context.get("task") if hasattr(context, "get") else None
     # issue 22: the report as XCom durable_report and Airflow metrics; replayed steps kept out of telemetry
     run.when_ended(lambda report: publish_report(context, report, log=logger, push=getattr(task, "do_xcom_push", True)))
-    with run.ending(), attempt_scope(run), telemetry_scope():
+    with attempt_block(run):
         yield run
     if task is not None and hasattr(task, "on_success_callback"):
         delete_cache_after_success(task, run)
@@ -562,16 +487,10 @@ def note_how_the_try_ends(run: DurableRun, *, log: Any) -> Iterator[None]:
     for a person notes the wait. Nothing is noted when the try succeeded (its cache is deleted) or left
     no cache behind; writing the note never changes what the try raises.
     """
-    from airflow_pydantic_ai.durable import TryEnding, record_ending
+    from airflow_pydantic_ai.durable import note_ending
 
     try:
         yield
     except BaseException as error:
-        if not run.finished and (run.entries or run.writer.written):
-            waits_in = _compat.waits_for_a_person(error)
-            if waits_in:
-                ending = TryEnding(attempt=run.attempt, how="waiting", message=waits_in)
-            else:
-                ending = TryEnding.failed(run.attempt, error, _compat.redact)
-            record_ending(run.store, ending, warn=log.warning)
+        note_ending(run, error, waiting_for=_compat.waits_for_a_person(error), redact=_compat.redact, warn=log.warning)
         raise

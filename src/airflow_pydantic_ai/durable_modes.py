@@ -85,7 +85,9 @@ class ModeSettings:
 
     def start(self, run: DurableRun, identity: TaskIdentity, log: TaskLogger) -> None:
         """Give the attempt its policy, and the fixture's steps in ``auto`` and ``replay`` mode."""
-        from airflow_pydantic_ai.durable import FixtureError, read_fixture, replay_also
+        from airflow_pydantic_ai.durable import replay_also
+        from airflow_pydantic_ai.durable.errors import FixtureError
+        from airflow_pydantic_ai.durable.read import read_fixture
 
         policy = run.policy
         policy.mode, policy.live_tools, policy.mask = self.mode, self.live_tools, mask
@@ -111,7 +113,7 @@ class ModeSettings:
     def after_success(self, run: DurableRun, identity: TaskIdentity, log: TaskLogger) -> bool:
         """``record`` with fixtures: write the fixture. Returns whether the cache is kept."""
         if self.mode == "record" and self.fixtures is not None:
-            from airflow_pydantic_ai.durable import CacheReader, write_fixture
+            from airflow_pydantic_ai.durable.read import CacheReader, write_fixture
 
             entries = CacheReader(run.store).entries()
             path = write_fixture(self.fixtures, identity, entries, mask=mask)
@@ -144,7 +146,7 @@ def listening_for_replay_misses(listener: Callable[[str, str], None]) -> Iterato
 def replay_misses_fail_at_once(task_id: str) -> Iterator[None]:
     """A replay miss (or a missing fixture in ``replay`` mode) fails the task with no retry: a retry would
     miss the same way, since the code changed, not the world."""
-    from airflow_pydantic_ai.durable import FixtureError, ReplayMiss
+    from airflow_pydantic_ai.durable.errors import FixtureError, ReplayMiss
 
     try:
         yield

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable import StepEntry, StepStore
+    from airflow_pydantic_ai.durable import StepStore
+    from airflow_pydantic_ai.durable.read import StepEntry
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
 __all__ = ["Verdict", "verify_task"]
@@ -67,10 +68,11 @@ def verify_task(
     run_id: str = "verify",
 ) -> Verdict:
     """Replay ``store``'s steps (and ``extra``, a fixture's) for ``task`` in replay mode, calling nothing live."""
-    from airflow_pydantic_ai.durable import DurableRun, ReplayMiss, replay_also, run_agent
+    from airflow_pydantic_ai.durable import AttemptSettings, replay_also, run_agent
+    from airflow_pydantic_ai.durable.errors import ReplayMiss
     from airflow_pydantic_ai.durable_modes import mask
 
-    run = DurableRun.open(store, attempt=1, log=_QuietLog())
+    run = AttemptSettings(attempt=1, log=_QuietLog()).open(store)
     if extra:
         replay_also(run, extra, source)
     recorded = sum(entry.kind != "result" for entry in run.entries.values())

@@ -221,8 +221,7 @@ def test_a_try_that_waits_for_a_person_is_told_apart_from_a_failure_by_type(tmp_
         from airflow.exceptions import TaskDeferred  # type: ignore[no-redef,attr-defined,unused-ignore]
 
     from airflow_pydantic_ai import _compat
-    from airflow_pydantic_ai.durable import TryEnding, record_ending
-    from airflow_pydantic_ai.durable.storage.attempts import record_attempt
+    from airflow_pydantic_ai.durable.storage.attempts import TryEnding, record_attempt, record_ending
 
     deferred = TaskDeferred(trigger=object(), method_name="resume_after_approval")  # type: ignore[arg-type]
     assert _compat.waits_for_a_person(deferred) == "deferred"

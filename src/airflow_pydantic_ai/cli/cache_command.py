@@ -25,8 +25,9 @@ from typing import Any
 
 from airflow_pydantic_ai import task_states
 from airflow_pydantic_ai.cache_access import STEP_LIMIT, CacheAccess
-from airflow_pydantic_ai.durable import CacheSummary, TaskIdentity, list_caches
-from airflow_pydantic_ai.durable import plural as _plural  # one wording of counts with the task log
+from airflow_pydantic_ai.durable import TaskIdentity
+from airflow_pydantic_ai.durable.read import CacheSummary, list_caches
+from airflow_pydantic_ai.durable.read import plural as _plural  # one wording of counts with the task log
 
 __all__ = ["cache_gc", "cache_list", "cache_rm", "cache_show"]
 
@@ -59,7 +60,7 @@ class _UserError(Exception):
 def _user_errors() -> Iterator[None]:
     """Turn configuration, storage and input errors into one line on stderr and exit code 1."""
     from airflow_pydantic_ai.cache_access import OutsideCacheBase
-    from airflow_pydantic_ai.durable import DurableConfigError, describe_error
+    from airflow_pydantic_ai.durable.errors import DurableConfigError, describe_error
 
     try:
         yield
@@ -169,7 +170,7 @@ def _open(identity: TaskIdentity) -> CacheAccess:
 
 def _print_latest_try(access: CacheAccess) -> None:
     """The latest try's summary and how it ended (as the view shows them), on stderr beside the location."""
-    from airflow_pydantic_ai.durable import latest_attempt
+    from airflow_pydantic_ai.durable.read import latest_attempt
 
     latest = latest_attempt(access.store)
     if latest is None:
@@ -264,7 +265,7 @@ def cache_show(args: Any) -> None:
             steps = access.reader.steps()
             _print_rows([step.as_row() for step in steps], args.output)
             if args.output not in ("json", "yaml") and steps:  # issue 22: what a retry replays, and saves
-                from airflow_pydantic_ai.durable import replay_total
+                from airflow_pydantic_ai.durable.read import replay_total
 
                 print(replay_total([(step.kind, step.cost) for step in steps]))
             return

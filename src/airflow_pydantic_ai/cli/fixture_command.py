@@ -22,7 +22,7 @@ __all__ = ["cache_export", "cache_verify"]
 @_configured
 def cache_export(args: Any) -> None:
     """Write a task instance's kept cache as a fixture (the task's file in folder ``args.dest``)."""
-    from airflow_pydantic_ai.durable import write_fixture
+    from airflow_pydantic_ai.durable.read import write_fixture
     from airflow_pydantic_ai.durable_modes import mask
 
     with _user_errors():
@@ -83,7 +83,9 @@ def _verify(dag: Any, task: Any, args: Any) -> Any:
     import tempfile
 
     from airflow_pydantic_ai.cli.cache_command import _base
-    from airflow_pydantic_ai.durable import FixtureError, TaskIdentity, read_fixture
+    from airflow_pydantic_ai.durable import TaskIdentity
+    from airflow_pydantic_ai.durable.errors import FixtureError
+    from airflow_pydantic_ai.durable.read import read_fixture
     from airflow_pydantic_ai.verify import Verdict, verify_task
 
     if args.fixtures is None:

@@ -27,7 +27,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.cache_access import CacheAccess
-from airflow_pydantic_ai.durable import plural
+from airflow_pydantic_ai.durable.read import plural
 from airflow_pydantic_ai.task_states import TaskRow, is_active
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import (
@@ -139,7 +139,7 @@ def _task_row(task: TaskRef, region: Any = None) -> TaskRow:
 
 def _open(task: TaskRef) -> CacheAccess:
     from airflow_pydantic_ai.cache_access import NoSuchIteration, OutsideCacheBase, open_cache
-    from airflow_pydantic_ai.durable import DurableConfigError
+    from airflow_pydantic_ai.durable.errors import DurableConfigError
 
     try:
         return open_cache(task.dag_id, task.run_id, task.task_id, task.map_index, iteration=task.iteration)
@@ -260,7 +260,7 @@ def create_app() -> FastAPI:
             if not iterations:
                 raise
             return _html(iterations_page(task, iterations, f"{task.root}/static"))
-        from airflow_pydantic_ai.durable import latest_attempt
+        from airflow_pydantic_ai.durable.read import latest_attempt
 
         steps = access.reader.steps()
         data = ViewData(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from html import escape
 from urllib.parse import urlencode
 
-from airflow_pydantic_ai.durable import AttemptRecord, StepCost, StepInfo, format_usd, replay_total
+from airflow_pydantic_ai.durable.read import AttemptRecord, StepCost, StepInfo, format_usd, replay_total
 
 __all__ = [
     "Confirmation",
