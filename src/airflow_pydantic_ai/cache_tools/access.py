@@ -1,7 +1,7 @@
 """Open one task instance's durable cache from its ids, outside the task (UI view, CLI commands).
 
 The one way both the view and ``airflow pydantic-ai cache show|rm`` open a cache and render a step. The
-store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durability`): the configured
+store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durable_task.attempt`): the configured
 ``[pydantic_ai] durable_cache_path``, the Fernet cipher when ``durable_encrypt`` is on, the storage
 timeout. So both read what the task wrote, with the same step numbering.
 
@@ -87,7 +87,7 @@ def open_cache(
     wrong (the message names the option), :class:`OutsideCacheBase` if the prefix escapes the base,
     :class:`NoSuchIteration` when ``iteration`` is given and that iteration left no cache.
     """
-    from airflow_pydantic_ai.durability import open_cache_base
+    from airflow_pydantic_ai.durable_task.attempt import open_cache_base
 
     identity = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=int(map_index))
     base = open_cache_base()

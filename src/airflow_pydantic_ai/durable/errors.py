@@ -12,7 +12,7 @@ Public errors (a user, a test or the Airflow side may catch them):
 - ``ApprovalTimedOut``: an approval wait timed out and the task says to fail then.
 - ``FixtureError``: a fixture that is missing, unreadable, or not this task's.
 - ``ReplayMiss``: a step of a ``replay`` attempt has no recorded entry.
-- ``ReplayFailed`` (defined in ``testing.py``, deriving from this base: pytest prints its dotted name,
+- ``ReplayFailed`` (defined in ``testing/__init__.py``, deriving from this base: pytest prints its dotted name,
   ``airflow_pydantic_ai.testing.ReplayFailed``, in every failed replay, and the docs quote it).
 - ``OutsideCacheBase`` and ``NoSuchIteration``: the ids given to ``cache`` commands or the view lead
   outside the cache base, or to no cache of that loop iteration.

@@ -21,14 +21,19 @@ from urllib.parse import urlsplit
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable import Region, StepStore, TaskIdentity, make_private_folders
 from airflow_pydantic_ai.durable.errors import DurableConfigError
-from airflow_pydantic_ai.which_try import ThisTry, cache_belongs_to_this_dag_run, is_cleared_try, retries_an_earlier_try
+from airflow_pydantic_ai.durable_task.which_try import (
+    ThisTry,
+    cache_belongs_to_this_dag_run,
+    is_cleared_try,
+    retries_an_earlier_try,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import ObjectStoragePath
     from pydantic_ai.usage import UsageLimits
 
     from airflow_pydantic_ai.durable import DurableRun, TaskLogger
-    from airflow_pydantic_ai.durable_modes import ModeSettings
+    from airflow_pydantic_ai.durable_task.modes import ModeSettings
 
 __all__ = [
     "CONFIG_SECTION",
@@ -332,7 +337,7 @@ def start_durable_run(
 
     ``on_clear``: the task's ``on_clear=`` argument (``resume`` or ``fresh``; None reads ``[pydantic_ai]
     on_clear``); what a cleared try does with the cache where Airflow does not ask the person who cleared
-    (see ``airflow_pydantic_ai.clear_policy`` and the durability guide's "When a person clears the task").
+    (see ``airflow_pydantic_ai.durable_task.clear_policy`` and the durability guide's "When a person clears the task").
 
     ``modes``: the task's ``durable_mode`` and fixtures (``durable_modes.py``).
 
@@ -340,8 +345,8 @@ def start_durable_run(
     the ``durable_budget_across_tries`` option decides).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
-    from airflow_pydantic_ai import clear_policy
     from airflow_pydantic_ai.durable import AttemptSettings
+    from airflow_pydantic_ai.durable_task import clear_policy
 
     ti = context["ti"]
     settings = DurableSettings.read(cache_path)
@@ -446,7 +451,7 @@ def durable_attempt(
     :param log: Where the durable lines go (default: the task's own log, as an operator's).
     """
     from airflow_pydantic_ai.durable import attempt_block
-    from airflow_pydantic_ai.reporting import publish_report
+    from airflow_pydantic_ai.durable_task.report import publish_report
 
     if context is None:
         from airflow.sdk import get_current_context

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from airflow_pydantic_ai.approval import Resume
     from airflow_pydantic_ai.durable import DurableRun
-    from airflow_pydantic_ai.durable_modes import ModeSettings
+    from airflow_pydantic_ai.durable_task.modes import ModeSettings
 
 __all__ = ["AgentOperator"]
 
@@ -124,7 +124,7 @@ class AgentOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         if on_clear is not None:
-            from airflow_pydantic_ai.clear_policy import ON_CLEAR_CHOICES
+            from airflow_pydantic_ai.durable_task.clear_policy import ON_CLEAR_CHOICES
 
             if on_clear not in ON_CLEAR_CHOICES:
                 raise ValueError(f"AgentOperator on_clear={on_clear!r} is not one of {', '.join(ON_CLEAR_CHOICES)}")
@@ -189,7 +189,7 @@ class AgentOperator(BaseOperator):
         )
 
     def execute(self, context: Any) -> Any:
-        from airflow_pydantic_ai.durable_modes import replay_misses_fail_at_once
+        from airflow_pydantic_ai.durable_task.modes import replay_misses_fail_at_once
 
         with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=None)
@@ -197,13 +197,13 @@ class AgentOperator(BaseOperator):
     def resume_after_approval(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
         """Airflow calls this (instead of ``execute``) when a person answered, or the approval timed out."""
         from airflow_pydantic_ai.approval import Resume
-        from airflow_pydantic_ai.durable_modes import replay_misses_fail_at_once
+        from airflow_pydantic_ai.durable_task.modes import replay_misses_fail_at_once
 
         with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
 
     def _execute(self, context: Any, resume: Resume | None) -> Any:
-        from airflow_pydantic_ai.durable_modes import ModeSettings
+        from airflow_pydantic_ai.durable_task.modes import ModeSettings
 
         self._modes = ModeSettings.read(
             self.durable_mode,
@@ -216,9 +216,9 @@ class AgentOperator(BaseOperator):
             _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
             return _to_xcom(self._run_plain(agent, prompt, model).output)
-        from airflow_pydantic_ai.durability import hint_at_retries, note_how_the_try_ends, start_durable_run
         from airflow_pydantic_ai.durable import empty_summary, run_agent
-        from airflow_pydantic_ai.reporting import publish_report
+        from airflow_pydantic_ai.durable_task.attempt import hint_at_retries, note_how_the_try_ends, start_durable_run
+        from airflow_pydantic_ai.durable_task.report import publish_report
 
         try:
             # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
@@ -287,7 +287,7 @@ class AgentOperator(BaseOperator):
             from airflow.sdk.bases.xcom import BaseXCom
 
             context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
-        from airflow_pydantic_ai.durability import task_identity
+        from airflow_pydantic_ai.durable_task.attempt import task_identity
 
         # durable_mode = record with fixtures writes the fixture; durable_keep_cache keeps the cache.
         if not self._modes.after_success(run, task_identity(context["ti"]), self.log):
@@ -301,7 +301,7 @@ class AgentOperator(BaseOperator):
         The callback goes on this try's copy of the operator (the task runner executes a copy), first in
         the list, before the DAG author's own callbacks.
         """
-        from airflow_pydantic_ai.durability import delete_cache_after_success
+        from airflow_pydantic_ai.durable_task.attempt import delete_cache_after_success
 
         delete_cache_after_success(self, run)
 

@@ -70,7 +70,7 @@ def verify_task(
     """Replay ``store``'s steps (and ``extra``, a fixture's) for ``task`` in replay mode, calling nothing live."""
     from airflow_pydantic_ai.durable import AttemptSettings, replay_also, run_agent
     from airflow_pydantic_ai.durable.errors import ReplayMiss
-    from airflow_pydantic_ai.durable_modes import mask
+    from airflow_pydantic_ai.durable_task.modes import mask
 
     run = AttemptSettings(attempt=1, log=_QuietLog()).open(store)
     if extra:
@@ -90,7 +90,7 @@ def verify_task(
     try:
         run_agent(run, agent, prompt, model=model, usage_limits=task.usage_limits, deps=task.deps)
     except Exception as error:
-        from airflow_pydantic_ai.durable_modes import find_error
+        from airflow_pydantic_ai.durable_task.modes import find_error
 
         miss = find_error(error, ReplayMiss)
         if isinstance(miss, ReplayMiss) and miss.changed:

@@ -77,7 +77,7 @@ class ViewData:
     shown_raw: bool = False
     """The shown step is in its stored form (the codec's tagged values), not as plain values."""
     running: bool = False
-    """The task instance is active (:data:`~airflow_pydantic_ai.task_states.ACTIVE_STATES`): no deleting."""
+    """The task instance is active (:data:`~airflow_pydantic_ai.cache_tools.task_states.ACTIVE_STATES`): no deleting."""
     notice: str = ""
 
 
