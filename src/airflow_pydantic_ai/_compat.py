@@ -21,15 +21,19 @@ from typing import Any
 
 __all__ = [
     "airflow_version_at_least",
+    "clear_asks_to_keep_task_state",
     "cli_command_prefix",
     "ensure_metadata_db",
     "get_fernet",
+    "hitl_parks_for_input",
     "load_dags",
     "read_xcom",
     "redact",
     "rendered_fields_of",
     "reschedule_count",
     "resumes_after_deferral",
+    "retry_can_reschedule",
+    "retry_policy_api",
     "run_id_from_view_link",
     "set_model_settings",
     "storage_conn_id",
@@ -275,3 +279,35 @@ def ensure_metadata_db() -> None:
         from airflow.utils.db import initdb
 
         initdb()
+
+
+def clear_asks_to_keep_task_state() -> bool:
+    """Whether the person who clears a task instance chooses to keep its task state (``keep_task_state``):
+    Airflow 3.4 asks, and discards the task-state entries unless kept; 3.1-3.3 have no task state to keep."""
+    return airflow_version_at_least(3, 4)
+
+
+def hitl_parks_for_input() -> bool:
+    """Whether a human-in-the-loop wait parks the task in ``awaiting_input`` (Airflow 3.3+, as the standard
+    provider's ``version_compat.AIRFLOW_V_3_3_PLUS`` says); before 3.3 it defers to ``HITLTrigger``."""
+    from airflow.providers.standard import version_compat
+
+    return bool(version_compat.AIRFLOW_V_3_3_PLUS)
+
+
+def retry_policy_api() -> tuple[Any, Any, Any]:
+    """``(RetryAction, RetryDecision, RetryPolicy)`` from ``airflow.sdk`` (Airflow 3.3+); an ImportError that
+    says what to use instead on Airflow 3.1-3.2, which have no retry policies."""
+    try:
+        from airflow.sdk import RetryAction, RetryDecision, RetryPolicy
+    except ImportError as error:  # Airflow 3.1-3.2
+        raise ImportError(
+            "airflow_pydantic_ai.retry_policy needs Airflow 3.3 or later (retry policies); on Airflow 3.1-3.2 give "
+            "the task retries with retry_exponential_backoff=True instead (docs/rate_limits.rst)"
+        ) from error
+    return RetryAction, RetryDecision, RetryPolicy
+
+
+def retry_can_reschedule() -> bool:
+    """Airflow 3.4's ``RetryAction.RESCHEDULE``: run the try again later without using a retry (3.3: no)."""
+    return hasattr(retry_policy_api()[0], "RESCHEDULE")

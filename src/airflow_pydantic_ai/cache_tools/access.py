@@ -62,7 +62,7 @@ class CacheAccess:
 def loop_caches(base: Any, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[CacheSummary]:
     """The caches a task (one map index of it) left inside an Airflow 3.4 loop, one per iteration, in path order.
 
-    ``base``: the opened cache base (``durability.open_cache_base()``). Lists only the task's prefix.
+    ``base``: the opened cache base (``durable_task.settings.open_cache_base()``). Lists only the task's prefix.
     """
     within = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id).segments()[:3]
     return [
@@ -87,7 +87,7 @@ def open_cache(
     wrong (the message names the option), :class:`OutsideCacheBase` if the prefix escapes the base,
     :class:`NoSuchIteration` when ``iteration`` is given and that iteration left no cache.
     """
-    from airflow_pydantic_ai.durable_task.attempt import open_cache_base
+    from airflow_pydantic_ai.durable_task.settings import open_cache_base
 
     identity = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=int(map_index))
     base = open_cache_base()

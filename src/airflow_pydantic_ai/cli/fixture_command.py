@@ -97,7 +97,7 @@ def _verify(dag: Any, task: Any, args: Any) -> Any:
     except FixtureError as error:
         return Verdict(task.task_id, "error", str(error))
     with tempfile.TemporaryDirectory(prefix="pydantic-ai-verify-") as empty:
-        from airflow_pydantic_ai.durable_task.attempt import open_cache_base
+        from airflow_pydantic_ai.durable_task.settings import open_cache_base
 
         base = open_cache_base(f"file://{empty}")
         store = base.store_for(TaskIdentity(dag.dag_id, "verify", task.task_id, args.map_index))

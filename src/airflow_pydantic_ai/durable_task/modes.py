@@ -58,9 +58,9 @@ class ModeSettings:
         keep_cache: bool = False,
     ) -> ModeSettings:
         """The task's mode (its argument, else the option); raises ``DurableConfigError`` naming the one to fix."""
-        from airflow.configuration import conf
+        from airflow_pydantic_ai.durable_task.settings import configured_mode
 
-        configured = check_mode(str(conf.get("pydantic_ai", "durable_mode", fallback="auto") or "auto"), CONFIG_OPTION)
+        configured = check_mode(configured_mode(), CONFIG_OPTION)
         chosen = configured if mode is None else check_mode(mode, ARGUMENT)
         return cls(
             mode=chosen,

@@ -124,10 +124,9 @@ class AgentOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         if on_clear is not None:
-            from airflow_pydantic_ai.durable_task.clear_policy import ON_CLEAR_CHOICES
+            from airflow_pydantic_ai.durable_task.settings import check_on_clear
 
-            if on_clear not in ON_CLEAR_CHOICES:
-                raise ValueError(f"AgentOperator on_clear={on_clear!r} is not one of {', '.join(ON_CLEAR_CHOICES)}")
+            check_on_clear(on_clear, "AgentOperator on_clear=")
         self.on_clear = on_clear
         from airflow_pydantic_ai.approval import ApprovalSettings
 

@@ -161,7 +161,7 @@ def _opened_task(task: TaskRef) -> tuple[CacheAccess, TaskRow]:
 def _loop_iterations(task: TaskRef) -> list[int]:
     """The loop iterations (Airflow 3.4) the task left caches in; [] when it never ran in a loop."""
     from airflow_pydantic_ai.cache_tools.access import loop_caches
-    from airflow_pydantic_ai.durable_task.attempt import open_cache_base
+    from airflow_pydantic_ai.durable_task.settings import open_cache_base
 
     try:
         caches = loop_caches(open_cache_base(), task.dag_id, task.run_id, task.task_id, task.map_index)
