@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable import Region, TaskIdentity
-from airflow_pydantic_ai.durable_task.settings import DurableSettings
+from airflow_pydantic_ai.durable_task.settings import DurableArguments, DurableSettings
 from airflow_pydantic_ai.durable_task.which_try import (
     ThisTry,
     cache_belongs_to_this_dag_run,
@@ -83,33 +83,30 @@ def start_durable_run(
     context: Any,
     *,
     log: TaskLogger,
-    cache_path: str | None = None,
+    arguments: DurableArguments | None = None,
     resuming: bool = False,
-    on_clear: str | None = None,
     modes: ModeSettings | None = None,
     usage_limits: UsageLimits | None = None,
-    budget_across_tries: bool | None = None,
 ) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
     ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
     so the cache holds this very try's steps and must be kept.
 
-    ``on_clear``: the task's ``on_clear=`` argument (``resume`` or ``fresh``; None reads ``[pydantic_ai]
-    on_clear``); what a cleared try does with the cache where Airflow does not ask the person who cleared
-    (see ``airflow_pydantic_ai.durable_task.clear_policy`` and the durability guide's "When a person clears the task").
+    ``arguments``: the task's ``durable_*`` arguments (``cache_path``; ``on_clear``, what a cleared try does
+    with the cache where Airflow does not ask the person who cleared: see ``clear_policy.py`` and the
+    durability guide's "When a person clears the task"; ``budget_across_tries``: ``usage_limits`` count across
+    the tries of the task instance). None: the ``[pydantic_ai]`` options decide everything.
 
-    ``modes``: the task's ``durable_mode`` and fixtures (``durable_modes.py``).
-
-    ``usage_limits`` count across the tries of the task instance when ``budget_across_tries`` says so (None:
-    the ``durable_budget_across_tries`` option decides).
+    ``modes``: the task's ``durable_mode`` and fixtures, read from ``arguments`` (``modes.py``).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai.durable import AttemptSettings
     from airflow_pydantic_ai.durable_task import clear_policy
 
+    arguments = arguments if arguments is not None else DurableArguments()
     ti = context["ti"]
-    settings = DurableSettings.read(cache_path)
+    settings = DurableSettings.read(arguments.cache_path)
     identity = task_identity(ti, context)
     store = settings.base.store_for(identity, warn=log.warning)
     delete_command = cache_rm_command(identity)
@@ -126,10 +123,12 @@ def start_durable_run(
             settings.base.url,
         )
     this_try = ThisTry.of(ti, resuming=resuming, reschedules=_compat.reschedule_count(context))
-    across_tries = settings.budget_across_tries if budget_across_tries is None else budget_across_tries
+    across_tries = (
+        settings.budget_across_tries if arguments.budget_across_tries is None else arguments.budget_across_tries
+    )
     max_tries = getattr(ti, "max_tries", None)
     cleared = not this_try.resuming and is_cleared_try(ti)
-    after_clear = clear_policy.decide_after_clear(context, on_clear, cleared=cleared)
+    after_clear = clear_policy.decide_after_clear(context, arguments.on_clear, cleared=cleared)
     if after_clear is not None and after_clear.fresh:
         clear_policy.discard_after_clear(store, after_clear, log)
     if modes is not None:  # durable_mode = record: empty the cache first
@@ -219,7 +218,7 @@ def durable_attempt(
         context = get_current_context()
     task_log = getattr(context.get("task"), "log", None) if hasattr(context, "get") else None
     logger: TaskLogger = log if log is not None else task_log or logging.getLogger("airflow.task")
-    run = start_durable_run(context, log=logger, cache_path=cache_path)
+    run = start_durable_run(context, log=logger, arguments=DurableArguments(cache_path=cache_path))
     task = context.get("task") if hasattr(context, "get") else None
     # issue 22: the report as XCom durable_report and Airflow metrics; replayed steps kept out of telemetry
     run.when_ended(lambda report: publish_report(context, report, log=logger, push=getattr(task, "do_xcom_push", True)))

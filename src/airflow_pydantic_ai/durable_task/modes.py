@@ -25,6 +25,7 @@ from airflow_pydantic_ai.durable import DurableMode, check_mode
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable import DurableRun, StepStore, TaskIdentity, TaskLogger
+    from airflow_pydantic_ai.durable_task.settings import DurableArguments
 
 __all__ = ["ModeSettings", "find_error", "listening_for_replay_misses", "mask", "replay_misses_fail_at_once"]
 
@@ -68,6 +69,16 @@ class ModeSettings:
             fixtures=str(fixtures).strip() or None if fixtures is not None else None,
             live_tools=frozenset(live_tools),
             keep_cache=keep_cache,
+        )
+
+    @classmethod
+    def of(cls, arguments: DurableArguments) -> ModeSettings:
+        """The mode and fixture settings of a task's :class:`DurableArguments`, read and checked."""
+        return cls.read(
+            arguments.mode,
+            fixtures=arguments.fixtures,
+            live_tools=arguments.live_tools,
+            keep_cache=arguments.keep_cache,
         )
 
     def durable(self, durable: bool) -> bool:

@@ -9,6 +9,7 @@ misconfiguration fails here, before any model call, with a message naming the op
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -24,6 +25,7 @@ __all__ = [
     "CONFIG_SECTION",
     "ON_CLEAR_CHOICES",
     "CacheBase",
+    "DurableArguments",
     "DurableSettings",
     "check_on_clear",
     "configured",
@@ -291,3 +293,21 @@ def on_clear_option(override: str | None = None) -> str:
 def configured_mode() -> str:
     """``[pydantic_ai] durable_mode`` as set (``auto`` when empty); checked by the caller against the modes."""
     return configured("durable_mode", "auto") or "auto"
+
+
+@dataclass(frozen=True)
+class DurableArguments:
+    """A task's ``durable_*`` arguments, as ``AgentOperator`` (and so ``@task.pydantic_ai``) hands them to the
+    start of a durable try: one value instead of loose keywords, built once per try after templates are
+    rendered. None leaves the decision to the matching ``[pydantic_ai]`` option."""
+
+    durable: bool = False
+    cache_path: str | None = None
+    """``durable_cache_path``: overrides the option for this task."""
+    on_clear: str | None = None
+    """``resume`` or ``fresh`` (checked when the task was built, :func:`check_on_clear`)."""
+    mode: str | None = None
+    fixtures: str | None = None
+    live_tools: Collection[str] = ()
+    keep_cache: bool = False
+    budget_across_tries: bool | None = None

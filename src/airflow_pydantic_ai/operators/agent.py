@@ -203,14 +203,20 @@ class AgentOperator(BaseOperator):
 
     def _execute(self, context: Any, resume: Resume | None) -> Any:
         from airflow_pydantic_ai.durable_task.modes import ModeSettings
+        from airflow_pydantic_ai.durable_task.settings import DurableArguments
 
-        self._modes = ModeSettings.read(
-            self.durable_mode,
+        arguments = DurableArguments(  # one value, read once this try (templates are rendered by now)
+            durable=self.durable,
+            cache_path=self.durable_cache_path,
+            on_clear=self.on_clear,
+            mode=self.durable_mode,
             fixtures=self.durable_fixtures,
             live_tools=self.durable_live_tools,
             keep_cache=self.durable_keep_cache,
+            budget_across_tries=self.budget_across_tries,
         )
-        if not self._modes.durable(self.durable):
+        self._modes = ModeSettings.of(arguments)
+        if not self._modes.durable(arguments.durable):
             prompt, agent, model = self._prepare(context)
             _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
@@ -225,12 +231,10 @@ class AgentOperator(BaseOperator):
             run = start_durable_run(
                 context,
                 log=self.log,
-                cache_path=self.durable_cache_path,
+                arguments=arguments,
                 resuming=resume is not None,
-                on_clear=self.on_clear,
                 modes=self._modes,
                 usage_limits=self.usage_limits,
-                budget_across_tries=self.budget_across_tries,
             )
         except BaseException:
             # Every durable attempt logs its summary, also one that failed before any step ran.
