@@ -35,7 +35,7 @@ def test_cost_live_and_saved_for_a_priced_and_an_unpriced_model(monkeypatch, tmp
     from airflow.sdk import DAG, get_current_context
 
     from airflow_pydantic_ai.durable import CacheReader
-    from airflow_pydantic_ai.durable_task.attempt import task_identity
+    from airflow_pydantic_ai.durable_task.lifecycle import task_identity
     from airflow_pydantic_ai.durable_task.settings import open_cache_base
     from airflow_pydantic_ai.operators.agent import AgentOperator
 

@@ -1,7 +1,7 @@
 """Open one task instance's durable cache from its ids, outside the task (UI view, CLI commands).
 
 The one way both the view and ``airflow pydantic-ai cache show|rm`` open a cache and render a step. The
-store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durable_task.attempt`): the configured
+store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durable_task.lifecycle`): the configured
 ``[pydantic_ai] durable_cache_path``, the Fernet cipher when ``durable_encrypt`` is on, the storage
 timeout. So both read what the task wrote, with the same step numbering.
 

@@ -208,7 +208,7 @@ def _budget_across_tries() -> bool:
 class CacheBase:
     """The configured cache location, opened as a task opens it: its path, the cipher and the timeout.
 
-    The task (:func:`~airflow_pydantic_ai.durable_task.attempt.start_durable_run`) and the
+    The task (:func:`~airflow_pydantic_ai.durable_task.lifecycle.start_durable_run`) and the
     ``airflow pydantic-ai cache`` commands build a task instance's :class:`~airflow_pydantic_ai.durable.StepStore`
     through :meth:`store_for`, so both read the same prefix the same way, and a misconfiguration gives both
     the same error.

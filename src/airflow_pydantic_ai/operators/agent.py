@@ -222,7 +222,7 @@ class AgentOperator(BaseOperator):
             _refuse_external_tools(agent)
             return _to_xcom(self._run_plain(agent, prompt, model).output)
         from airflow_pydantic_ai.durable import empty_summary, run_agent
-        from airflow_pydantic_ai.durable_task.attempt import hint_at_retries, note_how_the_try_ends, start_durable_run
+        from airflow_pydantic_ai.durable_task.lifecycle import hint_at_retries, note_how_the_try_ends, start_durable_run
         from airflow_pydantic_ai.durable_task.report import publish_report
 
         try:
@@ -290,7 +290,7 @@ class AgentOperator(BaseOperator):
             from airflow.sdk.bases.xcom import BaseXCom
 
             context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
-        from airflow_pydantic_ai.durable_task.attempt import task_identity
+        from airflow_pydantic_ai.durable_task.lifecycle import task_identity
 
         # durable_mode = record with fixtures writes the fixture; durable_keep_cache keeps the cache.
         if not self._modes.after_success(run, task_identity(context["ti"]), self.log):
@@ -304,7 +304,7 @@ class AgentOperator(BaseOperator):
         The callback goes on this try's copy of the operator (the task runner executes a copy), first in
         the list, before the DAG author's own callbacks.
         """
-        from airflow_pydantic_ai.durable_task.attempt import delete_cache_after_success
+        from airflow_pydantic_ai.durable_task.lifecycle import delete_cache_after_success
 
         delete_cache_after_success(self, run)
 
