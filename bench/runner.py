@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic_ai.agent import AgentRunResult
 
-from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, TaskIdentity, run_agent, secret_check
+from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, TaskIdentity, run_agent
 from bench.probes import FingerprintProbe
 from bench.storage import Backend, FloorResult
 from bench.workload import NO_LIMITS, PROMPT, Workload, tool_results_digest
@@ -143,7 +143,8 @@ _REGISTERED_SECRETS = re.compile(
 )
 
 
-contains_registered_secret = secret_check(lambda text: _REGISTERED_SECRETS.sub("***", text))
+def mask_registered_secrets(text: str) -> str:
+    return _REGISTERED_SECRETS.sub("***", text)
 
 
 def run_plain(workload: Workload) -> tuple[float, str, str]:
@@ -176,7 +177,7 @@ def run_durable(
         store,
         attempt=1,
         log=log,
-        options=AttemptOptions(contains_secret=contains_registered_secret, fingerprinter=probe.fingerprinter()),
+        options=AttemptOptions(redact=mask_registered_secrets, fingerprinter=probe.fingerprinter()),
     )
     result = run_agent(run, agent, PROMPT, usage_limits=NO_LIMITS)
     record_wall = time.perf_counter() - started
@@ -204,7 +205,7 @@ def run_durable(
         store,
         attempt=2,
         log=log,
-        options=AttemptOptions(contains_secret=contains_registered_secret, fingerprinter=probe.fingerprinter()),
+        options=AttemptOptions(redact=mask_registered_secrets, fingerprinter=probe.fingerprinter()),
     )
     load_wall = time.perf_counter() - started
     result = run_agent(replay, agent, PROMPT, usage_limits=NO_LIMITS)

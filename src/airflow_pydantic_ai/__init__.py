@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(durable, name)
     if name == "durable_attempt":
-        from airflow_pydantic_ai.durability import durable_attempt
+        from airflow_pydantic_ai.durable_task.lifecycle import durable_attempt
 
         return durable_attempt
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

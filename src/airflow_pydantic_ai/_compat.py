@@ -1,5 +1,5 @@
 """Everything that differs between the Airflow releases this package supports (3.1 to 3.4), and every
-private Airflow or pydantic-ai name the package uses.
+private Airflow name the package uses.
 
 Each difference is one small function, gated on the installed release where the APIs disagree, so
 the rest of the package reads the same on every release. Where
@@ -9,33 +9,31 @@ releases it was checked on; nothing else in the package reaches into one.
 Airflow is imported inside the functions, never at module import, so DAG parsing stays cheap.
 The releases this covers are the ones ``constraints/`` pins and ``make matrix`` tests.
 
-The pydantic-ai internals the package reads (and never changes) live here too, each in one function:
-``output_validators``, ``failed_output_validator``, ``durable_operation_names`` and ``current_run_context``
-(pydantic-ai 2.62 to 2.68).
+The pydantic-ai internals the durable engine reads live in ``durable/_pydantic_ai.py`` (the engine imports
+nothing of the Airflow side); the one the Airflow side needs (``set_model_settings``, for the hook) stays
+here.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
-    "agent_has_output_validators",
     "airflow_version_at_least",
+    "clear_asks_to_keep_task_state",
     "cli_command_prefix",
-    "current_run_context",
-    "durable_operation_names",
     "ensure_metadata_db",
-    "failed_output_validator",
     "get_fernet",
+    "hitl_parks_for_input",
     "load_dags",
-    "output_validators",
     "read_xcom",
     "redact",
     "rendered_fields_of",
     "reschedule_count",
     "resumes_after_deferral",
+    "retry_can_reschedule",
+    "retry_policy_api",
     "run_id_from_view_link",
     "set_model_settings",
     "storage_conn_id",
@@ -43,16 +41,6 @@ __all__ = [
     "task_region",
     "waits_for_a_person",
 ]
-
-
-def agent_has_output_validators(agent: Any) -> bool | None:
-    """Whether a pydantic-ai agent has output validators (``@agent.output_validator``); None when unknown.
-
-    pydantic-ai refuses a run ``output_type`` beside output validators and has no public way to ask
-    whether an agent has any: ``Agent._output_validators`` (2.62 to 2.68) is read here, and nowhere else.
-    """
-    validators = getattr(agent, "_output_validators", None)
-    return None if validators is None else bool(validators)
 
 
 @functools.cache
@@ -193,87 +181,6 @@ def storage_conn_id(path: Any) -> str | None:
     return path.storage_options.get("conn_id")
 
 
-def output_validators(ctx: Any) -> tuple[Any, ...]:
-    """The ``@agent.output_validator`` functions of the run ``ctx`` (a ``RunContext``) belongs to, in the order
-    pydantic-ai runs them, as its ``OutputValidator`` objects (``await validator.validate(value, ctx)``).
-
-    pydantic-ai keeps them in ``Agent._output_validators`` and reads them from there at each run's start;
-    ``RunContext.agent`` names the agent. Empty when the context names no agent.
-    """
-    agent = getattr(ctx, "agent", None)
-    return tuple(getattr(agent, "_output_validators", None) or ())
-
-
-def failed_output_validator(error: BaseException, validators: Sequence[Any]) -> tuple[int, Any] | None:
-    """Which of ``validators`` raised ``error`` after the output function returned, and the value it was given.
-
-    pydantic-ai runs the output function and then the output validators in one step (``do_process``,
-    inside ``wrap_output_process``), and no hook sits between them: the traceback tells them apart. The
-    frame right below the outermost ``do_process`` is ``OutputValidator.validate`` when a validator
-    raised; anything else (the output function raised, or a run it made inside) gives None, as does a
-    pydantic-ai that no longer has these frames (the caller then treats the error as the function's).
-    """
-    from pydantic_ai._output import OutputValidator
-
-    validate = getattr(OutputValidator.validate, "__code__", None)
-    traceback = error.__traceback__
-    while traceback is not None and traceback.tb_frame.f_code.co_name != "do_process":
-        traceback = traceback.tb_next
-    below = traceback.tb_next if traceback is not None else None
-    if below is None or below.tb_frame.f_code is not validate:
-        return None
-    frame_locals = below.tb_frame.f_locals
-    for index, validator in enumerate(validators):
-        if validator is frame_locals.get("self"):
-            return index, frame_locals.get("result")
-    return None
-
-
-def durable_operation_names(capability: Any) -> tuple[str, ...]:
-    """The names of a capability's ``@durable_operation`` methods (pydantic-ai's ``durable_exec``), sorted.
-
-    The decorator marks each method with an object pydantic-ai reads through
-    ``durable_exec._capability_operation.get_durable_operation_marker`` (checked on 2.62 and 2.68; the
-    public ``durable_exec`` face has no reader for it). Overrides of base hooks pydantic-ai marks durable
-    count too, as in its own collection. Empty when pydantic-ai has no such marker.
-    """
-    try:
-        from pydantic_ai.durable_exec._capability_operation import get_durable_operation_marker
-    except ImportError:  # pragma: no cover - a pydantic-ai without capability operations
-        return ()
-    names: set[str] = set()
-    cls = type(capability)
-    for base in cls.__mro__[1:]:
-        for attribute, member in vars(base).items():
-            marker = get_durable_operation_marker(member)
-            if (
-                marker is not None
-                and getattr(marker, "base_hook", False)
-                and getattr(cls, attribute, None) is not member
-            ):
-                names.add(marker.name)
-    for klass in cls.__mro__:
-        for member in vars(klass).values():
-            marker = get_durable_operation_marker(member)
-            if marker is not None and not (getattr(marker, "base_hook", False) and member is marker.function):
-                names.add(marker.name)
-    return tuple(sorted(names))
-
-
-def current_run_context() -> Any:
-    """The ``RunContext`` of the agent run whose work is running in this context (None outside any run).
-
-    pydantic-ai sets it around each run's model requests, and the usage it counts for them, with the getter
-    in a private module (``pydantic_ai._run_context.get_current_run_context``, checked on pydantic-ai 2.62
-    and 2.68; ``usage.incr`` runs inside it on both). None when a pydantic-ai no longer has it.
-    """
-    try:
-        from pydantic_ai._run_context import get_current_run_context
-    except ImportError:
-        return None
-    return get_current_run_context()
-
-
 def reschedule_count(context: Any) -> int:
     """How often Airflow rescheduled the running try so far (0 when it never was).
 
@@ -292,8 +199,9 @@ def reschedule_count(context: Any) -> int:
         return 0
 
 
-def task_region(ti: Any, context: Any = None) -> Any:
-    """The task instance's region inside an Airflow 3.4 loop (a ``durable.identity.Region``), else None.
+def task_region(ti: Any, context: Any = None) -> tuple[Any, int, Any] | None:
+    """The task instance's region inside an Airflow 3.4 loop, as ``(region_id, region_index, iteration)``
+    (what ``Region.of`` takes), else None.
 
     Airflow 3.4 gives a task instance ``region_id`` / ``region_index`` (the all-zero UUID outside any
     region) and a looped task's context ``loop`` (``index``: the iteration); older releases have neither.
@@ -301,8 +209,6 @@ def task_region(ti: Any, context: Any = None) -> Any:
     task outside any loop is a region of its own in 3.4 too, but its map index already tells its task
     instances apart, so it keeps the layout of earlier releases (and the caches they wrote keep replaying).
     """
-    from airflow_pydantic_ai.durable import Region
-
     region_id = getattr(ti, "region_id", None)
     loop = context.get("loop") if context is not None and hasattr(context, "get") else None
     if region_id is None or loop is None:
@@ -311,7 +217,7 @@ def task_region(ti: Any, context: Any = None) -> Any:
     if index is None:
         index = getattr(ti, "map_index", -1)
     iteration = getattr(loop, "index", None)
-    return Region.of(region_id, -1 if index is None else int(index), iteration)
+    return region_id, -1 if index is None else int(index), iteration
 
 
 def _dagbag_api() -> tuple[Any, Any]:
@@ -373,3 +279,35 @@ def ensure_metadata_db() -> None:
         from airflow.utils.db import initdb
 
         initdb()
+
+
+def clear_asks_to_keep_task_state() -> bool:
+    """Whether the person who clears a task instance chooses to keep its task state (``keep_task_state``):
+    Airflow 3.4 asks, and discards the task-state entries unless kept; 3.1-3.3 have no task state to keep."""
+    return airflow_version_at_least(3, 4)
+
+
+def hitl_parks_for_input() -> bool:
+    """Whether a human-in-the-loop wait parks the task in ``awaiting_input`` (Airflow 3.3+, as the standard
+    provider's ``version_compat.AIRFLOW_V_3_3_PLUS`` says); before 3.3 it defers to ``HITLTrigger``."""
+    from airflow.providers.standard import version_compat
+
+    return bool(version_compat.AIRFLOW_V_3_3_PLUS)
+
+
+def retry_policy_api() -> tuple[Any, Any, Any]:
+    """``(RetryAction, RetryDecision, RetryPolicy)`` from ``airflow.sdk`` (Airflow 3.3+); an ImportError that
+    says what to use instead on Airflow 3.1-3.2, which have no retry policies."""
+    try:
+        from airflow.sdk import RetryAction, RetryDecision, RetryPolicy
+    except ImportError as error:  # Airflow 3.1-3.2
+        raise ImportError(
+            "airflow_pydantic_ai.retry_policy needs Airflow 3.3 or later (retry policies); on Airflow 3.1-3.2 give "
+            "the task retries with retry_exponential_backoff=True instead (docs/rate_limits.rst)"
+        ) from error
+    return RetryAction, RetryDecision, RetryPolicy
+
+
+def retry_can_reschedule() -> bool:
+    """Airflow 3.4's ``RetryAction.RESCHEDULE``: run the try again later without using a retry (3.3: no)."""
+    return hasattr(retry_policy_api()[0], "RESCHEDULE")

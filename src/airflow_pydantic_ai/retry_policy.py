@@ -18,21 +18,19 @@ Either way the next run replays the steps recorded before the failure. Importing
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:
-    from airflow.sdk import RetryAction, RetryDecision, RetryPolicy
-except ImportError as error:  # Airflow 3.1-3.2
-    raise ImportError(
-        "airflow_pydantic_ai.retry_policy needs Airflow 3.3 or later (retry policies); on Airflow 3.1-3.2 give the "
-        "task retries with retry_exponential_backoff=True instead (docs/rate_limits.rst)"
-    ) from error
-
+from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.rate_limits import worth_waiting_for
+
+if TYPE_CHECKING:
+    from airflow.sdk import RetryAction, RetryDecision, RetryPolicy
+else:  # an ImportError that says what to use instead on Airflow 3.1-3.2
+    RetryAction, RetryDecision, RetryPolicy = _compat.retry_policy_api()
 
 __all__ = ["CAN_RESCHEDULE", "RateLimitRetryPolicy"]
 
-CAN_RESCHEDULE = hasattr(RetryAction, "RESCHEDULE")
+CAN_RESCHEDULE = _compat.retry_can_reschedule()
 """Airflow 3.4's ``RetryAction.RESCHEDULE``: run the try again later without using a retry."""
 
 

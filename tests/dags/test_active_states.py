@@ -20,7 +20,7 @@ from tests.helpers.airflow_run import make_dag, run_dag
 from tests.helpers.durable import local_store
 from tests.helpers.view import view_client, view_query
 
-from airflow_pydantic_ai import task_states
+from airflow_pydantic_ai.cache_tools import task_states
 from airflow_pydantic_ai.durable import TaskIdentity
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 

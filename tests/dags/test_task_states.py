@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from tests.helpers.airflow_run import run_dag
 
-from airflow_pydantic_ai import task_states
+from airflow_pydantic_ai.cache_tools import task_states
 from airflow_pydantic_ai.durable import TaskIdentity
 from airflow_pydantic_ai.durable.storage.catalog import CacheSummary
 

@@ -57,7 +57,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.durable import RecordingLog, attempt_options, task_identity
+from tests.helpers.durable import RecordingLog, task_identity
 
 IDENTITY = task_identity("crash_dag", "agent")
 KILL_KINDS = (
@@ -240,7 +240,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from airflow_pydantic_ai.durable import DurableRun, StepStore, run_agent
+    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, StepStore, run_agent
 
     if job.get("start_after"):  # a barrier: several jobs start together
         deadline = time.monotonic() + 20
@@ -294,7 +294,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     store = StepStore.for_task(filesystem, base, f"file://{base}", IDENTITY, warn=log.warning)
     store.local_files = _KillingLocalFiles(points)  # type: ignore[assignment]
     run = DurableRun.open(
-        store, attempt=attempt, log=log, options=attempt_options(storage_errors=job.get("storage_errors", "warn"))
+        store, attempt=attempt, log=log, options=AttemptOptions(storage_errors=job.get("storage_errors", "warn"))
     )
     started = time.monotonic()
     outcome: dict[str, Any] = {"pid": os.getpid()}

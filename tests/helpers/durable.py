@@ -20,7 +20,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.test import TestModel
 
-from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, StepStore, TaskIdentity, TryOutlook, run_agent
+from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, StepStore, TaskIdentity, run_agent
 
 __all__ = [
     "RUN_ID",
@@ -99,15 +99,6 @@ def _packed(pack: Path) -> Iterator[tuple[str, bytes]]:
         position += text[position] == ","
 
 
-_OUTLOOK_FIELDS = ("retry_coming", "takes_recorded_output", "delete_hint")
-
-
-def attempt_options(**fields: Any) -> AttemptOptions:
-    """``AttemptOptions`` from loose fields, the outlook's among them (``takes_recorded_output=False``)."""
-    outlook = {name: fields.pop(name) for name in _OUTLOOK_FIELDS if name in fields}
-    return AttemptOptions(outlook=TryOutlook(**outlook), **fields)
-
-
 def stored_entries(folder: str | Path, pattern: str = "*") -> dict[str, bytes]:
     """Entry name -> its stored bytes, for every entry under ``folder`` (searched recursively) whose name matches
     ``pattern``: single entries as they are, and the entries of packs, byte for byte as they were packed."""
@@ -151,13 +142,12 @@ class DurableHarness:
         return Path(self.store().root)
 
     def open(self, **run_options: Any) -> tuple[DurableRun, RecordingLog]:
-        """The next attempt's ``DurableRun`` (``run_options``: fields of its ``AttemptOptions``, see
-        :func:`attempt_options`) and its log."""
+        """The next attempt's ``DurableRun`` (``run_options``: fields of its ``AttemptOptions``) and its log."""
         self.attempt += 1
         log = RecordingLog()
         self.logs.append(log)
         return DurableRun.open(
-            self.store(log), attempt=self.attempt, log=log, options=attempt_options(**run_options)
+            self.store(log), attempt=self.attempt, log=log, options=AttemptOptions(**run_options)
         ), log
 
     def run(

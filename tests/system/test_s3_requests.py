@@ -16,10 +16,10 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
-from tests.helpers.durable import RecordingLog, attempt_options, task_identity
+from tests.helpers.durable import RecordingLog, task_identity
 from tests.helpers.s3 import S3Bucket, S3Server
 
-from airflow_pydantic_ai.durable import DurableRun, StepStore, run_agent
+from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, StepStore, run_agent
 
 pytestmark = pytest.mark.s3
 READS = ("ListObjectsV2", "ListObjects", "GetObject", "HeadObject")
@@ -63,7 +63,7 @@ class Attempts:
         self.attempt += 1
         self.sent.clear()
         log = RecordingLog()
-        run = DurableRun.open(self.store(), attempt=self.attempt, log=log, options=attempt_options(probe=True))
+        run = DurableRun.open(self.store(), attempt=self.attempt, log=log, options=AttemptOptions(probe=True))
         limits = UsageLimits(request_limit=None)
         try:
             if killed:

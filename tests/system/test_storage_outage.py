@@ -14,9 +14,9 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from tests.helpers.durable import RecordingLog, attempt_options, task_identity
+from tests.helpers.durable import RecordingLog, task_identity
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, DurableStorageError, StepStore
+from airflow_pydantic_ai.durable import AttemptOptions, DurableCapability, DurableRun, DurableStorageError, StepStore
 
 STEPS = 4
 
@@ -148,7 +148,7 @@ def test_outage_mid_run_goes_on_live_and_counts_unpersisted_steps(outage_s3):
 def test_outage_with_fail_mode_fails_the_attempt(outage_s3):
     base, stop = outage_s3
     log, calls = RecordingLog(), []
-    run = DurableRun.open(_store(base, log), attempt=1, log=log, options=attempt_options(storage_errors="fail"))
+    run = DurableRun.open(_store(base, log), attempt=1, log=log, options=AttemptOptions(storage_errors="fail"))
     with pytest.raises(DurableStorageError, match="durable_storage_errors = warn"):
         _agent(stop_after_step=0, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert calls == [0]
@@ -169,7 +169,7 @@ def test_a_failed_start_probe_skips_loading_and_writing(outage_s3):
     base, stop = outage_s3
     stop()
     log, calls = RecordingLog(), []
-    run = DurableRun.open(_store(base, log), attempt=2, log=log, options=attempt_options(probe=True))
+    run = DurableRun.open(_store(base, log), attempt=2, log=log, options=AttemptOptions(probe=True))
     result = _agent(stop_after_step=-1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert result.output == "finished" and calls == [0, 1, 2, 3]
     assert run.not_persisted == 9

@@ -175,8 +175,7 @@ def test_the_console_script_has_the_same_commands_and_options_as_airflow() -> No
 def test_show_says_how_the_latest_try_ended_on_stderr(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from airflow_pydantic_ai.durable import AttemptRecord, TryEnding, record_ending
-    from airflow_pydantic_ai.durable.storage.notes import record_attempt
+    from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, TryEnding, record_attempt, record_ending
 
     base = tmp_path / "cache"
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{base}")

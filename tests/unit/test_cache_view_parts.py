@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.durable import RecordingLog, local_store, task_identity
 
-from airflow_pydantic_ai.cache_access import OutsideCacheBase, _check_inside, open_cache
+from airflow_pydantic_ai.cache_tools.access import OutsideCacheBase, _check_inside, open_cache
 from airflow_pydantic_ai.durable import CacheReader, DurableCapability, DurableRun, StepStore
 from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, latest_attempt
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
@@ -172,7 +172,7 @@ def test_the_page_escapes_every_value() -> None:
 def test_a_shown_step_is_masked_by_airflows_secrets_masker_and_truncated(tmp_path: Path) -> None:
     from airflow.sdk.log import mask_secret
 
-    from airflow_pydantic_ai.cache_access import CacheAccess
+    from airflow_pydantic_ai.cache_tools.access import CacheAccess
     from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
     store = _store(tmp_path)
@@ -221,8 +221,7 @@ def test_a_try_that_waits_for_a_person_is_told_apart_from_a_failure_by_type(tmp_
         from airflow.exceptions import TaskDeferred  # type: ignore[no-redef,attr-defined,unused-ignore]
 
     from airflow_pydantic_ai import _compat
-    from airflow_pydantic_ai.durable import TryEnding, record_ending
-    from airflow_pydantic_ai.durable.storage.notes import record_attempt
+    from airflow_pydantic_ai.durable.storage.notes import TryEnding, record_attempt, record_ending
 
     deferred = TaskDeferred(trigger=object(), method_name="resume_after_approval")  # type: ignore[arg-type]
     assert _compat.waits_for_a_person(deferred) == "deferred"

@@ -14,9 +14,9 @@ from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
-from tests.helpers.durable import RecordingLog, attempt_options, local_store, task_identity
+from tests.helpers.durable import RecordingLog, local_store, task_identity
 
-from airflow_pydantic_ai.durable import DurableRun
+from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
 
 
 @pytest.mark.parametrize("form", ["function", "tool-output", "text-output"])
@@ -223,7 +223,7 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     store = local_store(tmp_path / "cache", task_identity("d", "t", run_id="r"))
     secret = "hunter2-s3cr3t"
     run = DurableRun.open(
-        store, attempt=1, log=log, options=attempt_options(contains_secret=lambda payload: secret in str(payload))
+        store, attempt=1, log=log, options=AttemptOptions(redact=lambda text: text.replace(secret, "***"))
     )
     run.record_output(f"the password is {secret}")
     assert RESULT_ENTRY not in store.load().entries
@@ -234,7 +234,7 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     recorded = retry.recorded_output()
     assert recorded is not None and (recorded.value, recorded.attempt) == ("nothing to hide", 1)
     # The first try after a clear (or of a DAG run) never takes it: a clear asks for a new run.
-    cleared = DurableRun.open(store, attempt=2, log=log, options=attempt_options(takes_recorded_output=False))
+    cleared = DurableRun.open(store, attempt=2, log=log, options=AttemptOptions(takes_recorded_output=False))
     assert cleared.recorded_output() is None
     assert any("first try since the DAG run started or the task was cleared" in text for text in log.at("warning"))
 
@@ -253,7 +253,7 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
 def test_only_a_retry_takes_a_recorded_output(try_number, max_tries, retries, is_retry):
     from types import SimpleNamespace
 
-    from airflow_pydantic_ai.durability import retries_an_earlier_try
+    from airflow_pydantic_ai.durable_task.which_try import retries_an_earlier_try
 
     ti = SimpleNamespace(try_number=try_number, max_tries=max_tries, task=SimpleNamespace(retries=retries))
     assert retries_an_earlier_try(ti) is is_retry

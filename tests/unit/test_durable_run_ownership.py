@@ -7,9 +7,9 @@ The durable package on its own: real pydantic-ai agents, a real local filesystem
 from __future__ import annotations
 
 import pytest
-from tests.helpers.durable import RecordingLog, attempt_options, counting_agent
+from tests.helpers.durable import RecordingLog, counting_agent
 
-from airflow_pydantic_ai.durable import DurableRun
+from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
 
 
 def test_deleting_the_cache_forces_a_full_rerun(harness):
@@ -47,7 +47,7 @@ def test_finish_deletes_everything(harness, tmp_path):
     ],
 )
 def test_whose_cache_it_is_follows_the_try_numbers(try_number, resuming, attempts, belongs):
-    from airflow_pydantic_ai.durability import ThisTry, cache_belongs_to_this_dag_run
+    from airflow_pydantic_ai.durable_task.which_try import ThisTry, cache_belongs_to_this_dag_run
 
     assert cache_belongs_to_this_dag_run(attempts, ThisTry(try_number, resuming)) is belongs
 
@@ -57,7 +57,7 @@ def test_a_rescheduled_try_owns_the_steps_of_its_own_try_number(reschedules, bel
     """A reschedule (3.4 retry policy RESCHEDULE, AirflowRescheduleException) keeps the try number."""
     from types import SimpleNamespace
 
-    from airflow_pydantic_ai.durability import ThisTry, cache_belongs_to_this_dag_run
+    from airflow_pydantic_ai.durable_task.which_try import ThisTry, cache_belongs_to_this_dag_run
 
     ti = SimpleNamespace(try_number=1, _ti_context_from_server=None)
     this_try = ThisTry.of(ti, reschedules=reschedules)
@@ -69,7 +69,7 @@ def test_a_cache_that_is_not_this_runs_is_deleted_with_one_warning(harness):
     with pytest.raises(ConnectionError):
         harness.run(counting_agent(calls, fail_on={"notify"}), "weather report")
     log = RecordingLog()
-    run = DurableRun.open(harness.store(log), attempt=1, log=log, options=attempt_options(belongs=lambda tries: False))
+    run = DurableRun.open(harness.store(log), attempt=1, log=log, options=AttemptOptions(belongs=lambda tries: False))
     assert run.entries == {}
     [warning] = log.at("warning")
     assert "was left by an earlier run with the same ids, since deleted (2 steps by try 1, written " in warning

@@ -173,7 +173,7 @@ class Ticket:
 def test_a_step_shows_its_recorded_value_plain_and_as_stored_on_request(tmp_path: Path) -> None:
     import datetime as dt
 
-    from airflow_pydantic_ai.cache_access import CacheAccess
+    from airflow_pydantic_ai.cache_tools.access import CacheAccess
     from airflow_pydantic_ai.durable.steps.codec import encode_value
     from airflow_pydantic_ai.durable.storage.entry import StepEntry
 

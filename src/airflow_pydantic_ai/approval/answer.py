@@ -24,7 +24,8 @@ from airflow_pydantic_ai.approval.request import (
     PendingCall,
     call_field,
 )
-from airflow_pydantic_ai.durable import ApprovalTimedOut, Decision
+from airflow_pydantic_ai.durable import Decision
+from airflow_pydantic_ai.durable.errors import ApprovalTimedOut
 
 __all__ = ["Answer", "ApprovalTimedOut", "read_answer"]
 

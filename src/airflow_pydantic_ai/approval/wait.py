@@ -47,7 +47,8 @@ def _standard_provider() -> Any:
 
 def parks_for_input() -> bool:
     """Airflow 3.3+: the task waits in ``awaiting_input``; before: it defers to ``HITLTrigger``."""
-    return bool(_standard_provider().AIRFLOW_V_3_3_PLUS)
+    _standard_provider()
+    return _compat.hitl_parks_for_input()
 
 
 def publish_request(context: Any, request: ApprovalRequest, assigned_users: list[dict[str, str]] | None) -> str:

@@ -1,11 +1,11 @@
 """``airflow pydantic-ai cache list|show|rm|gc``: look at, delete and clean up durable caches.
 
 Every command opens the cache location exactly as a task does
-(:func:`~airflow_pydantic_ai.durability.open_cache_base`: the same URL resolution, connection,
+(:func:`~airflow_pydantic_ai.durable_task.settings.open_cache_base`: the same URL resolution, connection,
 Fernet cipher and timeout), so a misconfiguration gives the task's error; one task instance's cache
-is opened and its steps rendered as the UI view does (:mod:`~airflow_pydantic_ai.cache_access`), and
+is opened and its steps rendered as the UI view does (:mod:`~airflow_pydantic_ai.cache_tools.access`), and
 what a task instance's state allows is decided as the view decides it
-(:mod:`~airflow_pydantic_ai.task_states`).
+(:mod:`~airflow_pydantic_ai.cache_tools.task_states`).
 
 Exit codes: 0 on success; 1 with a one-line ``error: ...`` naming what to fix on any user error
 (no traceback). Deleting asks for confirmation unless ``--yes``; with no terminal to ask on, it
@@ -23,10 +23,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_pydantic_ai import task_states
-from airflow_pydantic_ai.cache_access import STEP_LIMIT, CacheAccess
-from airflow_pydantic_ai.durable import CacheSummary, TaskIdentity, list_caches
-from airflow_pydantic_ai.durable import plural as _plural  # one wording of counts with the task log
+from airflow_pydantic_ai.cache_tools import task_states
+from airflow_pydantic_ai.cache_tools.access import STEP_LIMIT, CacheAccess
+from airflow_pydantic_ai.cli.mistakes import _UserError
+from airflow_pydantic_ai.durable import TaskIdentity
+from airflow_pydantic_ai.durable.read import CacheSummary, list_caches
+from airflow_pydantic_ai.durable.read import plural as _plural  # one wording of counts with the task log
 
 __all__ = ["cache_gc", "cache_list", "cache_rm", "cache_show"]
 
@@ -51,17 +53,13 @@ _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-class _UserError(Exception):
-    """A mistake the user can fix; printed as one line, exit code 1."""
-
-
 @contextmanager
 def _user_errors() -> Iterator[None]:
     """Turn configuration, storage and input errors into one line on stderr and exit code 1."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from airflow_pydantic_ai.cache_access import OutsideCacheBase
-    from airflow_pydantic_ai.durable import DurableConfigError, describe_error
+    from airflow_pydantic_ai.cache_tools.access import OutsideCacheBase
+    from airflow_pydantic_ai.durable.errors import DurableConfigError, describe_error
 
     try:
         yield
@@ -82,7 +80,7 @@ def _one_line(text: str) -> str:
 
 
 def _base() -> Any:
-    from airflow_pydantic_ai.durability import open_cache_base
+    from airflow_pydantic_ai.durable_task.settings import open_cache_base
 
     return open_cache_base()
 
@@ -137,7 +135,7 @@ def _cutoff(age: str | None) -> dt.datetime | None:
 
 def _identity(args: Any) -> TaskIdentity:
     """The task instance the arguments name; with ``--iteration``, its cache in that loop iteration (Airflow 3.4)."""
-    from airflow_pydantic_ai.cache_access import NoSuchIteration, open_cache
+    from airflow_pydantic_ai.cache_tools.access import NoSuchIteration, open_cache
 
     iteration = getattr(args, "iteration", None)
     if iteration is None:
@@ -150,7 +148,7 @@ def _identity(args: Any) -> TaskIdentity:
 
 def _iterations_hint(identity: TaskIdentity) -> str:
     """For a task whose plain cache is missing: the loop iterations it left caches in, if any."""
-    from airflow_pydantic_ai.cache_access import loop_caches
+    from airflow_pydantic_ai.cache_tools.access import loop_caches
 
     caches = loop_caches(_base(), identity.dag_id, identity.run_id, identity.task_id, identity.map_index)
     iterations = sorted({cache.iteration for cache in caches if cache.iteration is not None})
@@ -165,7 +163,7 @@ def _describe(identity: TaskIdentity) -> str:
 
 def _open(identity: TaskIdentity) -> CacheAccess:
     """The task instance's cache, opened as the view opens it; :class:`_UserError` when there is none."""
-    from airflow_pydantic_ai.cache_access import open_cache
+    from airflow_pydantic_ai.cache_tools.access import open_cache
 
     iteration = identity.region.iteration if identity.region is not None else None
     access = open_cache(identity.dag_id, identity.run_id, identity.task_id, identity.map_index, iteration=iteration)
@@ -177,7 +175,7 @@ def _open(identity: TaskIdentity) -> CacheAccess:
 
 def _print_latest_try(access: CacheAccess) -> None:
     """The latest try's summary and how it ended (as the view shows them), on stderr beside the location."""
-    from airflow_pydantic_ai.durable import latest_attempt
+    from airflow_pydantic_ai.durable.read import latest_attempt
 
     latest = latest_attempt(access.store)
     if latest is None:
@@ -275,7 +273,7 @@ def cache_show(args: Any) -> None:
             steps = access.reader.steps()
             _print_rows([step.as_row() for step in steps], args.output)
             if args.output not in ("json", "yaml") and steps:  # issue 22: what a retry replays, and saves
-                from airflow_pydantic_ai.durable import replay_total
+                from airflow_pydantic_ai.durable.read import replay_total
 
                 print(replay_total([(step.kind, step.cost) for step in steps]))
             return

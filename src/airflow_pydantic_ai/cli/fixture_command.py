@@ -23,8 +23,8 @@ __all__ = ["cache_export", "cache_verify"]
 @_configured
 def cache_export(args: Any) -> None:
     """Write a task instance's kept cache as a fixture (the task's file in folder ``args.dest``)."""
-    from airflow_pydantic_ai.durable import write_fixture
-    from airflow_pydantic_ai.durable_modes import mask
+    from airflow_pydantic_ai.durable.read import write_fixture
+    from airflow_pydantic_ai.durable_task.modes import mask
 
     with _user_errors():
         identity = _identity(args)
@@ -85,8 +85,10 @@ def _verify(dag: Any, task: Any, args: Any) -> Any:
     import tempfile
 
     from airflow_pydantic_ai.cli.cache_command import _base
-    from airflow_pydantic_ai.durable import FixtureError, TaskIdentity, read_fixture
-    from airflow_pydantic_ai.verify import Verdict, verify_task
+    from airflow_pydantic_ai.durable import TaskIdentity
+    from airflow_pydantic_ai.durable.errors import FixtureError
+    from airflow_pydantic_ai.durable.read import read_fixture
+    from airflow_pydantic_ai.testing.verify import Verdict, verify_task
 
     if args.fixtures is None:
         identity = TaskIdentity(dag.dag_id, args.run_id, task.task_id, args.map_index)
@@ -97,7 +99,7 @@ def _verify(dag: Any, task: Any, args: Any) -> Any:
     except FixtureError as error:
         return Verdict(task.task_id, "error", str(error))
     with tempfile.TemporaryDirectory(prefix="pydantic-ai-verify-") as empty:
-        from airflow_pydantic_ai.durability import open_cache_base
+        from airflow_pydantic_ai.durable_task.settings import open_cache_base
 
         base = open_cache_base(f"file://{empty}")
         store = base.store_for(TaskIdentity(dag.dag_id, "verify", task.task_id, args.map_index))

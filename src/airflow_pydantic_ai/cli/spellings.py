@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from airflow_pydantic_ai.cli.cache_command import _UserError
+from airflow_pydantic_ai.cli.mistakes import _UserError
 
 __all__ = ["adopt_older_spellings", "verify_target"]
 

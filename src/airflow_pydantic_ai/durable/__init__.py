@@ -1,11 +1,18 @@
 """Durable agent runs: record each model response and tool result, replay them on a retry.
 
-This package knows nothing of Airflow operators: it works on any fsspec filesystem, so it can be
-used (and tested) without a running Airflow.
+This package knows nothing of Airflow: it imports nothing of the Airflow side, and works on any fsspec
+filesystem, so it can be used (and tested) without a running Airflow.
 
-The names below are the package's public face. They are imported on first use, so a command that
-only needs the read side or the errors (``airflow pydantic-ai cache list``) does not pay for
-importing pydantic-ai.
+Three faces, by who uses them (``tests/unit/test_layering.py`` keeps the Airflow side to them):
+
+- this module: running attempts (the operator, ``@task.pydantic_ai``, ``durable_attempt``) and the two
+  names a DAG author uses (``DurableCapability``, ``live_tool``); the Airflow side opens an attempt with
+  one :class:`AttemptOptions` value (the replay policy and a fixture's steps among its fields);
+- ``durable/read.py``: the read side (the ``cache`` and ``fixture`` commands, the view, the pytest plugin);
+- ``durable/errors.py``: every error, under one base.
+
+The names below are imported on first use, so a command that only needs the read side or the errors
+(``airflow pydantic-ai cache list``) does not pay for importing pydantic-ai.
 """
 
 from __future__ import annotations
@@ -14,159 +21,88 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.errors import (
-        ApprovalsUnsupported,
-        ApprovalTimedOut,
-        DurableConfigError,
-        DurableError,
-        DurableStorageError,
-        describe_error,
-    )
+    from airflow_pydantic_ai.durable.embedding import attempt_block, note_ending
     from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
     from airflow_pydantic_ai.durable.interception.run_agent import run_agent
-    from airflow_pydantic_ai.durable.interception.toolset import TOOL_CONFIG_KEY, live_tool
+    from airflow_pydantic_ai.durable.interception.toolset import live_tool
     from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
-    from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
     from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording
-    from airflow_pydantic_ai.durable.steps.replay_policy import DurableMode, ReplayMiss, ReplayPolicy, check_mode
-    from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY, DurableReport
+    from airflow_pydantic_ai.durable.steps.replay_policy import DurableMode, ReplayPolicy, check_mode
+    from airflow_pydantic_ai.durable.steps.report import DurableReport
     from airflow_pydantic_ai.durable.steps.run import DurableRun
-    from airflow_pydantic_ai.durable.steps.stats import SUMMARY_TEMPLATE, TaskLogger, empty_summary
-    from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
-    from airflow_pydantic_ai.durable.steps.writer import TryOutlook, secret_check
-    from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
-    from airflow_pydantic_ai.durable.storage.fixtures import FixtureError, read_fixture, write_fixture
-    from airflow_pydantic_ai.durable.storage.identity import (
-        Region,
-        TaskIdentity,
-        id_segment,
-        is_shortened,
-        make_private_folders,
-        parse_place,
-    )
-    from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, TryEnding, latest_attempt, record_ending
-    from airflow_pydantic_ai.durable.storage.reader import CacheReader, StepDetail, StepInfo
-    from airflow_pydantic_ai.durable.storage.step_costs import StepCost, format_usd, replay_total
+    from airflow_pydantic_ai.durable.steps.stats import TaskLogger
+    from airflow_pydantic_ai.durable.storage.identity import Region, TaskIdentity, make_private_folders
     from airflow_pydantic_ai.durable.storage.store import StepStore
-    from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = [
-    "REPORT_SCHEMA_VERSION",
-    "REPORT_XCOM_KEY",
-    "SUMMARY_TEMPLATE",
-    "TOOL_CONFIG_KEY",
-    "ApprovalTimedOut",
-    "ApprovalsUnsupported",
     "AttemptOptions",
-    "AttemptRecord",
-    "CacheReader",
-    "CacheSummary",
     "Decision",
     "DecisionStep",
     "DurableCapability",
-    "DurableConfigError",
-    "DurableError",
     "DurableMode",
     "DurableReport",
     "DurableRun",
-    "DurableStorageError",
-    "FixtureError",
     "Recording",
     "Region",
-    "ReplayMiss",
     "ReplayPolicy",
-    "StepCost",
-    "StepDetail",
-    "StepInfo",
     "StepStore",
     "TaskIdentity",
     "TaskLogger",
-    "TryEnding",
-    "TryOutlook",
     "WaitingForDecisions",
-    "attempt_scope",
+    "attempt_block",
     "check_mode",
-    "describe_error",
-    "empty_summary",
-    "format_usd",
-    "id_segment",
-    "is_shortened",
-    "latest_attempt",
-    "list_caches",
     "live_tool",
     "make_private_folders",
-    "parse_place",
-    "plural",
-    "read_fixture",
-    "record_ending",
-    "replay_total",
+    "note_ending",
     "run_agent",
-    "secret_check",
-    "telemetry_scope",
-    "write_fixture",
 ]
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
+    "AttemptOptions": "steps.opening",
+    "Decision": "steps.decision",
+    "DecisionStep": "steps.decision",
+    "DurableCapability": "interception.capability",
+    "DurableMode": "steps.replay_policy",
+    "DurableReport": "steps.report",
+    "DurableRun": "steps.run",
+    "Recording": "steps.opening",
+    "Region": "storage.identity",
+    "ReplayPolicy": "steps.replay_policy",
+    "StepStore": "storage.store",
+    "TaskIdentity": "storage.identity",
+    "TaskLogger": "steps.stats",
+    "WaitingForDecisions": "interception.approvals",
+    "attempt_block": "embedding",
+    "check_mode": "steps.replay_policy",
+    "live_tool": "interception.toolset",
+    "make_private_folders": "storage.identity",
+    "note_ending": "embedding",
+    "run_agent": "interception.run_agent",
+}
+
+# Names docs/api.rst listed on this face before the read side and the errors got faces of their own: users'
+# code keeps importing them from here. Not part of the face (the Airflow side uses ``read`` and ``errors``).
+_DOCUMENTED_BEFORE = {
     "REPORT_SCHEMA_VERSION": "steps.report",
     "REPORT_XCOM_KEY": "steps.report",
     "SUMMARY_TEMPLATE": "steps.stats",
     "TOOL_CONFIG_KEY": "interception.toolset",
-    "ApprovalTimedOut": "errors",
-    "ApprovalsUnsupported": "errors",
-    "AttemptOptions": "steps.opening",
-    "AttemptRecord": "storage.notes",
     "CacheReader": "storage.reader",
-    "CacheSummary": "storage.catalog",
-    "Decision": "steps.decision",
-    "DecisionStep": "steps.decision",
-    "DurableCapability": "interception.capability",
     "DurableConfigError": "errors",
     "DurableError": "errors",
-    "DurableMode": "steps.replay_policy",
-    "DurableReport": "steps.report",
-    "DurableRun": "steps.run",
     "DurableStorageError": "errors",
-    "FixtureError": "storage.fixtures",
-    "Region": "storage.identity",
-    "Recording": "steps.opening",
-    "ReplayMiss": "steps.replay_policy",
-    "ReplayPolicy": "steps.replay_policy",
-    "StepCost": "storage.step_costs",
     "StepDetail": "storage.reader",
     "StepInfo": "storage.reader",
-    "StepStore": "storage.store",
-    "TaskIdentity": "storage.identity",
-    "TaskLogger": "steps.stats",
-    "TryEnding": "storage.notes",
-    "TryOutlook": "steps.writer",
-    "WaitingForDecisions": "interception.approvals",
     "attempt_scope": "steps.nesting",
-    "check_mode": "steps.replay_policy",
     "describe_error": "errors",
-    "empty_summary": "steps.stats",
-    "format_usd": "storage.step_costs",
-    "id_segment": "storage.identity",
-    "is_shortened": "storage.identity",
-    "latest_attempt": "storage.notes",
-    "list_caches": "storage.catalog",
-    "live_tool": "interception.toolset",
-    "make_private_folders": "storage.identity",
-    "parse_place": "storage.identity",
-    "plural": "wording",
-    "read_fixture": "storage.fixtures",
-    "record_ending": "storage.notes",
-    "replay_total": "storage.step_costs",
-    "run_agent": "interception.run_agent",
     "secret_check": "steps.writer",
-    "telemetry_scope": "steps.telemetry",
-    "write_fixture": "storage.fixtures",
 }
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
+    home = _HOMES.get(name) or _DOCUMENTED_BEFORE.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{home}"), name)

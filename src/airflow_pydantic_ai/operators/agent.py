@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from airflow_pydantic_ai.approval import Resume
     from airflow_pydantic_ai.durable import DurableRun
-    from airflow_pydantic_ai.durable_modes import ModeSettings
+    from airflow_pydantic_ai.durable_task.modes import ModeSettings
 
 __all__ = ["AgentOperator"]
 
@@ -124,10 +124,9 @@ class AgentOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         if on_clear is not None:
-            from airflow_pydantic_ai.clear_policy import ON_CLEAR_CHOICES
+            from airflow_pydantic_ai.durable_task.settings import check_on_clear
 
-            if on_clear not in ON_CLEAR_CHOICES:
-                raise ValueError(f"AgentOperator on_clear={on_clear!r} is not one of {', '.join(ON_CLEAR_CHOICES)}")
+            check_on_clear(on_clear, "AgentOperator on_clear=")
         self.on_clear = on_clear
         from airflow_pydantic_ai.approval import ApprovalSettings
 
@@ -189,7 +188,7 @@ class AgentOperator(BaseOperator):
         )
 
     def execute(self, context: Any) -> Any:
-        from airflow_pydantic_ai.durable_modes import replay_misses_fail_at_once
+        from airflow_pydantic_ai.durable_task.modes import replay_misses_fail_at_once
 
         with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=None)
@@ -197,28 +196,34 @@ class AgentOperator(BaseOperator):
     def resume_after_approval(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
         """Airflow calls this (instead of ``execute``) when a person answered, or the approval timed out."""
         from airflow_pydantic_ai.approval import Resume
-        from airflow_pydantic_ai.durable_modes import replay_misses_fail_at_once
+        from airflow_pydantic_ai.durable_task.modes import replay_misses_fail_at_once
 
         with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
 
     def _execute(self, context: Any, resume: Resume | None) -> Any:
-        from airflow_pydantic_ai.durable_modes import ModeSettings
+        from airflow_pydantic_ai.durable_task.modes import ModeSettings
+        from airflow_pydantic_ai.durable_task.settings import DurableArguments
 
-        self._modes = ModeSettings.read(
-            self.durable_mode,
+        arguments = DurableArguments(  # one value, read once this try (templates are rendered by now)
+            durable=self.durable,
+            cache_path=self.durable_cache_path,
+            on_clear=self.on_clear,
+            mode=self.durable_mode,
             fixtures=self.durable_fixtures,
             live_tools=self.durable_live_tools,
             keep_cache=self.durable_keep_cache,
+            budget_across_tries=self.budget_across_tries,
         )
-        if not self._modes.durable(self.durable):
+        self._modes = ModeSettings.of(arguments)
+        if not self._modes.durable(arguments.durable):
             prompt, agent, model = self._prepare(context)
             _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
             return _to_xcom(self._run_plain(agent, prompt, model).output)
-        from airflow_pydantic_ai.durability import hint_at_retries, note_how_the_try_ends, start_durable_run
-        from airflow_pydantic_ai.durable import empty_summary, run_agent
-        from airflow_pydantic_ai.reporting import publish_report
+        from airflow_pydantic_ai.durable import DurableRun, run_agent
+        from airflow_pydantic_ai.durable_task.lifecycle import hint_at_retries, note_how_the_try_ends, start_durable_run
+        from airflow_pydantic_ai.durable_task.report import publish_report
 
         try:
             # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
@@ -226,16 +231,14 @@ class AgentOperator(BaseOperator):
             run = start_durable_run(
                 context,
                 log=self.log,
-                cache_path=self.durable_cache_path,
+                arguments=arguments,
                 resuming=resume is not None,
-                on_clear=self.on_clear,
                 modes=self._modes,
                 usage_limits=self.usage_limits,
-                budget_across_tries=self.budget_across_tries,
             )
         except BaseException:
             # Every durable attempt logs its summary, also one that failed before any step ran.
-            self.log.info(empty_summary())
+            self.log.info(DurableRun.empty_summary())
             raise
         # issue 22: the report as XCom durable_report and Airflow metrics, whatever the outcome
         run.when_ended(lambda report: publish_report(context, report, log=self.log, push=self.do_xcom_push))
@@ -287,7 +290,7 @@ class AgentOperator(BaseOperator):
             from airflow.sdk.bases.xcom import BaseXCom
 
             context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
-        from airflow_pydantic_ai.durability import task_identity
+        from airflow_pydantic_ai.durable_task.lifecycle import task_identity
 
         # durable_mode = record with fixtures writes the fixture; durable_keep_cache keeps the cache.
         if not self._modes.after_success(run, task_identity(context["ti"]), self.log):
@@ -301,7 +304,7 @@ class AgentOperator(BaseOperator):
         The callback goes on this try's copy of the operator (the task runner executes a copy), first in
         the list, before the DAG author's own callbacks.
         """
-        from airflow_pydantic_ai.durability import delete_cache_after_success
+        from airflow_pydantic_ai.durable_task.lifecycle import delete_cache_after_success
 
         delete_cache_after_success(self, run)
 

@@ -10,10 +10,10 @@ Routes (under ``/pydantic-ai/cache``; the task instance's ids always in the quer
 Who may do what is Airflow's auth manager's decision, asked with Airflow's own ``get_user``: reading
 needs GET on the DAG's task instances, deleting needs PUT (the permission that clears a task
 instance). Deleting is refused (409) while the task instance is active
-(:data:`~airflow_pydantic_ai.task_states.ACTIVE_STATES`: running, about to, or waiting to resume, as
+(:data:`~airflow_pydantic_ai.cache_tools.task_states.ACTIVE_STATES`: running, about to, or waiting to resume, as
 ``cache rm`` refuses). Cookie-authenticated POSTs must pass :mod:`~airflow_pydantic_ai.ui.guard`.
 Heavy Airflow imports happen inside the handlers: workers import the plugin too. The cache is opened
-and a step rendered by :mod:`~airflow_pydantic_ai.cache_access`, as the commands do.
+and a step rendered by :mod:`~airflow_pydantic_ai.cache_tools.access`, as the commands do.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from fastapi import Depends, FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.cache_access import CacheAccess
-from airflow_pydantic_ai.durable import plural
-from airflow_pydantic_ai.task_states import TaskRow, is_active
+from airflow_pydantic_ai.cache_tools.access import CacheAccess
+from airflow_pydantic_ai.cache_tools.task_states import TaskRow, is_active
+from airflow_pydantic_ai.durable.read import plural
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import (
     Confirmation,
@@ -129,7 +129,7 @@ def _task_row(task: TaskRef, region: Any = None) -> TaskRow:
 
     ``region``: the cache's region (a loop iteration's, Airflow 3.4), which names the task instance there.
     """
-    from airflow_pydantic_ai.task_states import task_row
+    from airflow_pydantic_ai.cache_tools.task_states import task_row
 
     row = task_row(_identity(task, region))
     if row is None:
@@ -138,8 +138,8 @@ def _task_row(task: TaskRef, region: Any = None) -> TaskRow:
 
 
 def _open(task: TaskRef) -> CacheAccess:
-    from airflow_pydantic_ai.cache_access import NoSuchIteration, OutsideCacheBase, open_cache
-    from airflow_pydantic_ai.durable import DurableConfigError
+    from airflow_pydantic_ai.cache_tools.access import NoSuchIteration, OutsideCacheBase, open_cache
+    from airflow_pydantic_ai.durable.errors import DurableConfigError
 
     try:
         return open_cache(task.dag_id, task.run_id, task.task_id, task.map_index, iteration=task.iteration)
@@ -160,8 +160,8 @@ def _opened_task(task: TaskRef) -> tuple[CacheAccess, TaskRow]:
 
 def _loop_iterations(task: TaskRef) -> list[int]:
     """The loop iterations (Airflow 3.4) the task left caches in; [] when it never ran in a loop."""
-    from airflow_pydantic_ai.cache_access import loop_caches
-    from airflow_pydantic_ai.durability import open_cache_base
+    from airflow_pydantic_ai.cache_tools.access import loop_caches
+    from airflow_pydantic_ai.durable_task.settings import open_cache_base
 
     try:
         caches = loop_caches(open_cache_base(), task.dag_id, task.run_id, task.task_id, task.map_index)
@@ -260,7 +260,7 @@ def create_app() -> FastAPI:
             if not iterations:
                 raise
             return _html(iterations_page(task, iterations, f"{task.root}/static"))
-        from airflow_pydantic_ai.durable import latest_attempt
+        from airflow_pydantic_ai.durable.read import latest_attempt
 
         steps = access.reader.steps()
         data = ViewData(

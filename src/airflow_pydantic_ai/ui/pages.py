@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from html import escape
 from urllib.parse import urlencode
 
-from airflow_pydantic_ai.durable import AttemptRecord, StepCost, StepInfo, format_usd, replay_total
+from airflow_pydantic_ai.durable.read import AttemptRecord, StepCost, StepInfo, format_usd, replay_total
 
 __all__ = [
     "Confirmation",
@@ -77,7 +77,7 @@ class ViewData:
     shown_raw: bool = False
     """The shown step is in its stored form (the codec's tagged values), not as plain values."""
     running: bool = False
-    """The task instance is active (:data:`~airflow_pydantic_ai.task_states.ACTIVE_STATES`): no deleting."""
+    """The task instance is active (:data:`~airflow_pydantic_ai.cache_tools.task_states.ACTIVE_STATES`): no deleting."""
     notice: str = ""
 
 

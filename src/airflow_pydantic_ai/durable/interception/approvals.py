@@ -36,7 +36,7 @@ from pydantic_ai.usage import RunUsage
 from typing_inspection import typing_objects
 from typing_inspection.introspection import is_union_origin
 
-from airflow_pydantic_ai import _compat
+from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.errors import ApprovalsUnsupported
 from airflow_pydantic_ai.durable.interception.unrecorded import AttemptUsage
 from airflow_pydantic_ai.durable.steps.decision import DecisionStep
@@ -111,7 +111,7 @@ def run_until_decision_needed(
     :param run_kwargs: Further ``agent.run_sync`` arguments (``model``, ``usage_limits``, ``capabilities``).
     """
     allowed = allows_deferred_calls(output_type)
-    if not allowed and _compat.agent_has_output_validators(agent):
+    if not allowed and _pydantic_ai.agent_has_output_validators(agent):
         # pydantic-ai refuses a run output type beside output validators: run the agent as it is; a call that
         # then needs approval fails with the advice in _without_deferred_output.
         return _without_deferred_output(

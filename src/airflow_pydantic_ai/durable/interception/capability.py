@@ -24,7 +24,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
-from airflow_pydantic_ai import _compat
+from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.interception.context_model import RunContextModel
 from airflow_pydantic_ai.durable.interception.live_operations import name_live_operations
 from airflow_pydantic_ai.durable.interception.model import CachingModel
@@ -108,7 +108,7 @@ class DurableCapability(AbstractCapability[Any]):
         )
         # pydantic-ai runs the output validators in the same step, after the function: a validator that
         # failed on the function's recorded result runs again on it (from that validator on).
-        validators = _compat.output_validators(ctx)
+        validators = _pydantic_ai.output_validators(ctx)
         if step.failed_validator is not None:
             index, name = step.failed_validator
             if index < len(validators) and _name_of(validators[index], index) == name:
@@ -126,7 +126,7 @@ class DurableCapability(AbstractCapability[Any]):
             step.forget()
 
         def validator_failure(error: BaseException) -> tuple[int, Any, str] | None:
-            failed = _compat.failed_output_validator(error, validators)
+            failed = _pydantic_ai.failed_output_validator(error, validators)
             if failed is None:
                 return None
             index, value = failed

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_pydantic_ai import _compat
+from airflow_pydantic_ai.durable import _pydantic_ai
 
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
@@ -28,7 +28,7 @@ def name_live_operations(run: DurableRun, ctx: RunContext[Any]) -> None:
     """One WARNING per attempt for each capability of the run starting with ``ctx`` that has durable operations."""
     capabilities = getattr(ctx, "capabilities", None) or {}
     for capability in capabilities.values():
-        operations = _compat.durable_operation_names(capability)
+        operations = _pydantic_ai.durable_operation_names(capability)
         if not operations:
             continue
         identity = getattr(capability, "id", None)

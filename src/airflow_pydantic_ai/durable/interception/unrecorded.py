@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic_ai.usage import RequestUsage, RunUsage
 
-from airflow_pydantic_ai import _compat
+from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.steps.nesting import current_place
 
 __all__ = ["AttemptUsage", "describe_agent"]
@@ -35,7 +35,7 @@ class AttemptUsage(RunUsage):
         place = current_place()
         if place is None:
             return
-        context = _compat.current_run_context()
+        context = _pydantic_ai.current_run_context()
         run_id = getattr(context, "run_id", None)
         if run_id is not None:
             place.run.unrecorded_run(run_id, lambda: describe_agent(context))

@@ -14,10 +14,12 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from airflow_pydantic_ai.durable.errors import DurableError
+
 __all__ = ["FingerprintError", "canonical_json", "digest", "jsonable", "strip"]
 
 
-class FingerprintError(ValueError):
+class FingerprintError(DurableError, ValueError):
     """A request or call could not be reduced to canonical JSON; it must be neither replayed nor recorded."""
 
 

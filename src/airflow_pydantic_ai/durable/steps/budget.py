@@ -25,6 +25,7 @@ from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.usage import UsageLimits
 
 from airflow_pydantic_ai.durable.accounting import Spend
+from airflow_pydantic_ai.durable.errors import DurableError
 from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
@@ -34,7 +35,7 @@ _PREFIX = ".spent-"
 _FORMAT = "airflow-pydantic-ai/spent"
 
 
-class RetryBudgetExceeded(UsageLimitExceeded):
+class RetryBudgetExceeded(DurableError, UsageLimitExceeded):
     """The next live step would go past a usage limit counted across the tries of the task instance."""
 
 

@@ -39,6 +39,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RequestUsage
 
+from airflow_pydantic_ai.durable.errors import DurableError
 from airflow_pydantic_ai.durable.steps.roundtrip import MAX_DEPTH, MAX_INT_BITS, is_plain_json, same, undeclared_state
 
 __all__ = [
@@ -53,7 +54,7 @@ __all__ = [
 _RESPONSE_ADAPTER: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 
 
-class UnsupportedValue(ValueError):
+class UnsupportedValue(DurableError, ValueError):
     """A value that cannot be stored as JSON and rebuilt faithfully."""
 
 

@@ -24,7 +24,7 @@ from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.steps.budget import Spent
 from airflow_pydantic_ai.durable.steps.cleanup import discard_earlier_run
 from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
-from airflow_pydantic_ai.durable.steps.writer import StorageErrors, TryOutlook, no_secrets
+from airflow_pydantic_ai.durable.steps.writer import StorageErrors, TryOutlook, no_secrets, secret_check
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
 from airflow_pydantic_ai.durable.wording import plural
@@ -47,10 +47,14 @@ class Recording:
 class AttemptOptions:
     """How one attempt is opened (every field has the default a plain test wants)."""
 
-    outlook: TryOutlook = field(default_factory=TryOutlook)
-    """Where this try stands: a retry coming, whether it may take a recorded output, how a person deletes it."""
-    contains_secret: Callable[[Any], bool] = no_secrets
-    """What the writer refuses to store (the Airflow side: values registered with the secrets masker)."""
+    retry_coming: bool = True
+    """Whether Airflow retries the task if this try fails (False on the last try)."""
+    takes_recorded_output: bool = True
+    """False on the first try of a DAG run or after a clear: an output recorded earlier is never returned."""
+    delete_hint: str = ""
+    """How a person deletes this cache (a command), for the log line of the last try."""
+    redact: Callable[[str], Any] | None = None
+    """A secrets masker: a payload holding a value it would hide is not recorded. None: nothing is secret."""
     storage_errors: StorageErrors = "warn"
     probe: bool = False
     """First write and delete a probe object (an unreachable store is then not read)."""
@@ -65,6 +69,14 @@ class AttemptOptions:
     """What a step with no recorded entry does (``durable_mode``); None: ``auto``."""
     recording: Recording | None = None
     """Steps recorded elsewhere (a fixture's) to replay too."""
+
+    @property
+    def outlook(self) -> TryOutlook:
+        return TryOutlook(self.retry_coming, self.takes_recorded_output, self.delete_hint)
+
+    @property
+    def contains_secret(self) -> Callable[[Any], bool]:
+        return no_secrets if self.redact is None else secret_check(self.redact)
 
 
 def replayed_from(entry: StepEntry | None, recording: Recording | None) -> str:

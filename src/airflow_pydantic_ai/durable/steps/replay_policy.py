@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_pydantic_ai.durable.errors import DurableError
+from airflow_pydantic_ai.durable.errors import ReplayMiss
 from airflow_pydantic_ai.durable.keys.fingerprint import changed_components
 from airflow_pydantic_ai.durable.keys.request_text import TEXT_LABELS, TEXTS_COMPONENT, request_texts, text_diff
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
@@ -36,16 +36,6 @@ _FIX = (
     "Nothing ran live (durable_mode = replay). If the change is intended, record again: "
     "pytest --durable-record, or run the task once with durable_mode='record'."
 )
-
-
-class ReplayMiss(DurableError):
-    """A step of a ``replay`` attempt has no recorded entry; raised before any live model or tool call."""
-
-    def __init__(self, message: str, *, changed: bool) -> None:
-        super().__init__(message)
-        self.changed = changed
-        """True: something was recorded at this point and the current code asks differently. False: the
-        recording ends before this step (a failed run's cache: a retry would run on live from here)."""
 
 
 def check_mode(value: Any, option: str) -> DurableMode:

@@ -48,7 +48,7 @@ from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording,
 from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
-from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger
+from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger, empty_summary
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.steps.usage import replay_aware
@@ -435,6 +435,11 @@ class DurableRun:
 
     def summary(self) -> str:
         return self.stats.summary()
+
+    @staticmethod
+    def empty_summary() -> str:
+        """The summary line of an attempt that failed before it could open (every count 0)."""
+        return empty_summary()
 
     def when_ended(self, read: Callable[[DurableReport], None]) -> None:
         """Give ``read`` this attempt's report when it ends (right after the report line), whatever the outcome."""

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from airflow_pydantic_ai.durable.errors import DurableError
 from airflow_pydantic_ai.durable.kinds import ENTRY_PREFIXES, KINDS, ROLES, EntryPrefix, StepRole
 
 __all__ = [
@@ -144,7 +145,7 @@ RESULT_ENTRY = entry_name("result", RESULT_KEY)
 """The name of the entry holding the output a try pushed to XCom (kind ``result``): one per task instance."""
 
 
-class CorruptEntry(ValueError):
+class CorruptEntry(DurableError, ValueError):
     """A stored entry that must not be replayed; the message says why."""
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_pydantic_ai.durable.errors import DurableError
+from airflow_pydantic_ai.durable.errors import FixtureError
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, id_segment
 
@@ -32,10 +32,6 @@ __all__ = ["FIXTURE_FORMAT", "Fixture", "FixtureError", "fixture_path", "read_fi
 FIXTURE_FORMAT = "airflow-pydantic-ai/fixture"
 FIXTURE_VERSION = 1
 _STEP_FIELDS = ("kind", "key", "step", "attempt", "label", "role", "call_id", "scope", "usage", "components", "payload")
-
-
-class FixtureError(DurableError, ValueError):
-    """A fixture that is missing, unreadable, or not this task's; the message names the file."""
 
 
 @dataclass(frozen=True)

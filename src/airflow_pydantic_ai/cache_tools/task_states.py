@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from airflow_pydantic_ai.durable import CacheSummary, TaskIdentity, id_segment, is_shortened, parse_place
+from airflow_pydantic_ai.durable import TaskIdentity
+from airflow_pydantic_ai.durable.read import CacheSummary, id_segment, is_shortened, parse_place
 
 __all__ = [
     "ACTIVE_STATES",

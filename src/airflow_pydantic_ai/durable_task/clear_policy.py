@@ -23,53 +23,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import DurableConfigError, describe_error
+from airflow_pydantic_ai.durable.errors import describe_error
+from airflow_pydantic_ai.durable_task.settings import on_clear_option
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable import StepStore, TaskLogger
 
 __all__ = [
     "MARKER_KEY",
-    "ON_CLEAR_CHOICES",
     "ClearDecision",
     "decide_after_clear",
     "discard_after_clear",
-    "is_cleared_try",
     "log_resume_after_clear",
-    "on_clear_option",
 ]
 
-ON_CLEAR_CHOICES = ("resume", "fresh")
-DEFAULT_ON_CLEAR = "resume"
 MARKER_KEY = "airflow_pydantic_ai.durable"
 """The task-state key every try of a durable task writes on Airflow 3.4 (its value: the try number)."""
-
-
-def on_clear_option(override: str | None = None) -> str:
-    """``on_clear=`` when given, else ``[pydantic_ai] on_clear``; raises ``DurableConfigError`` naming the fix."""
-    from airflow.configuration import conf
-
-    where = "the task's on_clear= argument" if override is not None else "[pydantic_ai] on_clear"
-    raw = override if override is not None else conf.get("pydantic_ai", "on_clear", fallback=DEFAULT_ON_CLEAR)
-    value = str(raw or "").strip().lower() or DEFAULT_ON_CLEAR
-    if value not in ON_CLEAR_CHOICES:
-        raise DurableConfigError(f"{where} {raw!r} is not one of {', '.join(ON_CLEAR_CHOICES)}")
-    return value
-
-
-def is_cleared_try(ti: Any) -> bool:
-    """Whether this try is the first of a series a clear started (not try 1, not a retry).
-
-    Airflow sets ``max_tries = try_number - 1 + retries`` on a clear, and leaves it on a retry. When the
-    numbers cannot be read, no try counts as cleared (nothing is discarded).
-    """
-    from airflow_pydantic_ai.durability import first_try_of_a_series
-
-    try:
-        try_number = int(ti.try_number)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return try_number > 1 and first_try_of_a_series(ti) is True
 
 
 @dataclass(frozen=True)
@@ -87,7 +56,7 @@ def decide_after_clear(context: Any, on_clear: str | None, *, cleared: bool) -> 
     Checks ``on_clear`` on every try, so a wrong value fails the first try, not a clear weeks later.
     """
     option = on_clear_option(on_clear)
-    asks = _asks_the_person()
+    asks = _compat.clear_asks_to_keep_task_state()
     kept = _task_state_kept(context) if cleared and asks else None
     if asks:
         _leave_marker(context)
@@ -127,11 +96,6 @@ def log_resume_after_clear(decision: ClearDecision, steps_found: int, log: TaskL
         )
     else:
         log.info("Durable: %s: the cache is kept, but it holds no recorded step", decision.why)
-
-
-def _asks_the_person() -> bool:
-    """Airflow 3.4 asks the person who clears whether to keep the task's state (``keep_task_state``)."""
-    return _compat.airflow_version_at_least(3, 4)
 
 
 def _task_state_kept(context: Any) -> bool | None:

@@ -18,8 +18,8 @@ __all__ = ["publish_report"]
 def publish_report(context: Any, report: DurableReport, *, log: TaskLogger, push: bool = True) -> None:
     """Count ``report`` in Airflow's ``Stats`` and, with ``push``, push it as the task instance's XCom
     ``durable_report`` (also on a failed try: Airflow keeps it until the next try starts)."""
-    from airflow_pydantic_ai.durable import REPORT_XCOM_KEY
-    from airflow_pydantic_ai.metrics import count_attempt, metric_tags
+    from airflow_pydantic_ai.durable.read import REPORT_XCOM_KEY
+    from airflow_pydantic_ai.durable_task.metrics import count_attempt, metric_tags
 
     value = report.to_json()
     ti = context["ti"]

@@ -25,6 +25,7 @@ from airflow_pydantic_ai.durable import DurableMode, check_mode
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable import DurableRun, Recording, ReplayPolicy, StepStore, TaskIdentity, TaskLogger
+    from airflow_pydantic_ai.durable_task.settings import DurableArguments
 
 __all__ = ["ModeSettings", "find_error", "listening_for_replay_misses", "mask", "replay_misses_fail_at_once"]
 
@@ -58,9 +59,9 @@ class ModeSettings:
         keep_cache: bool = False,
     ) -> ModeSettings:
         """The task's mode (its argument, else the option); raises ``DurableConfigError`` naming the one to fix."""
-        from airflow.configuration import conf
+        from airflow_pydantic_ai.durable_task.settings import configured_mode
 
-        configured = check_mode(str(conf.get("pydantic_ai", "durable_mode", fallback="auto") or "auto"), CONFIG_OPTION)
+        configured = check_mode(configured_mode(), CONFIG_OPTION)
         chosen = configured if mode is None else check_mode(mode, ARGUMENT)
         return cls(
             mode=chosen,
@@ -68,6 +69,16 @@ class ModeSettings:
             fixtures=str(fixtures).strip() or None if fixtures is not None else None,
             live_tools=frozenset(live_tools),
             keep_cache=keep_cache,
+        )
+
+    @classmethod
+    def of(cls, arguments: DurableArguments) -> ModeSettings:
+        """The mode and fixture settings of a task's :class:`DurableArguments`, read and checked."""
+        return cls.read(
+            arguments.mode,
+            fixtures=arguments.fixtures,
+            live_tools=arguments.live_tools,
+            keep_cache=arguments.keep_cache,
         )
 
     def durable(self, durable: bool) -> bool:
@@ -87,7 +98,9 @@ class ModeSettings:
         self, store: StepStore, identity: TaskIdentity, log: TaskLogger
     ) -> tuple[ReplayPolicy, Recording | None]:
         """What the attempt is opened with: its policy, and the fixture's steps in ``auto`` and ``replay`` mode."""
-        from airflow_pydantic_ai.durable import FixtureError, Recording, ReplayPolicy, read_fixture
+        from airflow_pydantic_ai.durable import Recording, ReplayPolicy
+        from airflow_pydantic_ai.durable.errors import FixtureError
+        from airflow_pydantic_ai.durable.read import read_fixture
 
         policy = ReplayPolicy(
             mode=self.mode,
@@ -121,7 +134,7 @@ class ModeSettings:
     def after_success(self, run: DurableRun, identity: TaskIdentity, log: TaskLogger) -> bool:
         """``record`` with fixtures: write the fixture. Returns whether the cache is kept."""
         if self.mode == "record" and self.fixtures is not None:
-            from airflow_pydantic_ai.durable import CacheReader, write_fixture
+            from airflow_pydantic_ai.durable.read import CacheReader, write_fixture
 
             entries = CacheReader(run.store).entries()
             path = write_fixture(self.fixtures, identity, entries, mask=mask)
@@ -154,7 +167,7 @@ def listening_for_replay_misses(listener: Callable[[str, str], None]) -> Iterato
 def replay_misses_fail_at_once(task_id: str) -> Iterator[None]:
     """A replay miss (or a missing fixture in ``replay`` mode) fails the task with no retry: a retry would
     miss the same way, since the code changed, not the world."""
-    from airflow_pydantic_ai.durable import FixtureError, ReplayMiss
+    from airflow_pydantic_ai.durable.errors import FixtureError, ReplayMiss
 
     try:
         yield

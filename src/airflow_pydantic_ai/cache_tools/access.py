@@ -1,7 +1,7 @@
 """Open one task instance's durable cache from its ids, outside the task (UI view, CLI commands).
 
 The one way both the view and ``airflow pydantic-ai cache show|rm`` open a cache and render a step. The
-store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durability`): the configured
+store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durable_task.lifecycle`): the configured
 ``[pydantic_ai] durable_cache_path``, the Fernet cipher when ``durable_encrypt`` is on, the storage
 timeout. So both read what the task wrote, with the same step numbering.
 
@@ -20,28 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import (
-    CacheReader,
-    CacheSummary,
-    StepDetail,
-    StepInfo,
-    StepStore,
-    TaskIdentity,
-    list_caches,
-)
+from airflow_pydantic_ai.durable import StepStore, TaskIdentity
+from airflow_pydantic_ai.durable.errors import NoSuchIteration, OutsideCacheBase
+from airflow_pydantic_ai.durable.read import CacheReader, CacheSummary, StepDetail, StepInfo, list_caches
 
 __all__ = ["STEP_LIMIT", "CacheAccess", "NoSuchIteration", "OutsideCacheBase", "loop_caches", "open_cache"]
 
 STEP_LIMIT = 4096
 """Characters of a decoded step shown unless the whole step is asked for."""
-
-
-class OutsideCacheBase(ValueError):
-    """The ids would lead outside the configured cache base (never expected: segments are encoded)."""
-
-
-class NoSuchIteration(LookupError):
-    """No cache (or more than one, under nested loops) of the task instance in that loop iteration."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +62,7 @@ class CacheAccess:
 def loop_caches(base: Any, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[CacheSummary]:
     """The caches a task (one map index of it) left inside an Airflow 3.4 loop, one per iteration, in path order.
 
-    ``base``: the opened cache base (``durability.open_cache_base()``). Lists only the task's prefix.
+    ``base``: the opened cache base (``durable_task.settings.open_cache_base()``). Lists only the task's prefix.
     """
     within = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id).segments()[:3]
     return [
@@ -101,7 +87,7 @@ def open_cache(
     wrong (the message names the option), :class:`OutsideCacheBase` if the prefix escapes the base,
     :class:`NoSuchIteration` when ``iteration`` is given and that iteration left no cache.
     """
-    from airflow_pydantic_ai.durability import open_cache_base
+    from airflow_pydantic_ai.durable_task.settings import open_cache_base
 
     identity = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=int(map_index))
     base = open_cache_base()

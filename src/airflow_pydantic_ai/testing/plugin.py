@@ -1,4 +1,5 @@
-"""The pytest plugin (entry point ``pytest11``): test an agent DAG in CI with no LLM, from recorded fixtures.
+"""The pytest plugin (entry point ``pytest11``, read through ``airflow_pydantic_ai.testing``): test an agent DAG
+in CI with no LLM, from recorded fixtures.
 
 The ``durable_replay`` fixture runs a DAG, or one of its tasks, with ``dag.test()``; every agent task
 (``AgentOperator``, ``@task.pydantic_ai``) runs in ``durable_mode = replay`` from a fixture folder: no
@@ -31,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from airflow_pydantic_ai.testing import ReplayFailed
+
 __all__ = ["DurableReplay", "DurableTestResult", "ReplayFailed", "durable_replay", "pytest_addoption"]
 
 REPORT_KEY = "durable_report"
@@ -46,10 +49,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="Run agent tasks live (durable_mode = record) and rewrite their fixtures, instead of replaying them",
     )
-
-
-class ReplayFailed(AssertionError):
-    """An agent task did not replay: a step was not recorded (the message says which, and what changed)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,7 @@ class DurableReplay:
         agents = [task for task in target.tasks if _is_agent_task(task)]
         if not agents:
             raise ValueError(f"{target.dag_id} has no agent task (AgentOperator, @task.pydantic_ai) to run")
-        from airflow_pydantic_ai.durable_modes import listening_for_replay_misses
+        from airflow_pydantic_ai.durable_task.modes import listening_for_replay_misses
 
         misses: list[str] = []
         with (

@@ -6,7 +6,8 @@ executor that runs tasks on several hosts (Celery, Kubernetes, Edge, AWS ECS / B
 may land on another worker, find no step, and pay for every one again (model calls billed twice, tool side
 effects repeated), while the failed try's cache stays on the first worker's disk. A durable try says so at
 its start, in one WARNING (:func:`warn_when_a_retry_may_miss_the_cache`), unless ``[pydantic_ai]
-durable_cache_shared`` declares the folder a volume every worker mounts.
+durable_cache_shared`` declares the folder a volume every worker mounts (read with the other options, in
+``settings.py``).
 
 Which executors run tasks on several hosts is decided from Airflow's configuration alone
 (:func:`executor_on_several_hosts`): ``[core] executor`` is read as text and never imported, since the
@@ -18,23 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_pydantic_ai.durable import DurableConfigError
-
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable import StepStore, TaskLogger
 
 __all__ = [
-    "SHARED_OPTION",
     "SINGLE_HOST_EXECUTORS",
     "ConfiguredExecutor",
-    "cache_declared_shared",
     "configured_executors",
     "executor_on_several_hosts",
     "warn_when_a_retry_may_miss_the_cache",
 ]
-
-SHARED_OPTION = "durable_cache_shared"
-"""The ``[pydantic_ai]`` option that declares a local cache folder shared by every worker."""
 
 SINGLE_HOST_EXECUTORS = frozenset({"LocalExecutor", "SequentialExecutor", "DebugExecutor", "MockExecutor"})
 """Executors that run every task on the host of the scheduler that started it, by class name (Sequential and
@@ -122,21 +116,6 @@ def executor_on_several_hosts(config: str, task_executor: str | None = None) -> 
     return next((executor.spelling for executor in candidates if not executor.single_host), None)
 
 
-def cache_declared_shared() -> bool:
-    """``[pydantic_ai] durable_cache_shared``: the local ``durable_cache_path`` is on a volume every worker mounts.
-
-    Raises :class:`~airflow_pydantic_ai.durable.DurableConfigError` naming the option when it is not a boolean.
-    """
-    from airflow.configuration import conf
-
-    from airflow_pydantic_ai.durability import CONFIG_SECTION
-
-    try:
-        return conf.getboolean(CONFIG_SECTION, SHARED_OPTION, fallback=False)
-    except Exception as error:
-        raise DurableConfigError(f"[{CONFIG_SECTION}] {SHARED_OPTION} must be True or False: {error}") from error
-
-
 def warn_when_a_retry_may_miss_the_cache(store: StepStore, *, shared: bool, task: Any, log: TaskLogger) -> str | None:
     """Log one WARNING when the cache is on this worker's disk and the executor may run the next try elsewhere.
 
@@ -146,7 +125,7 @@ def warn_when_a_retry_may_miss_the_cache(store: StepStore, *, shared: bool, task
     """
     from airflow.configuration import conf
 
-    from airflow_pydantic_ai.durability import CONFIG_SECTION
+    from airflow_pydantic_ai.durable_task.settings import CONFIG_SECTION, SHARED_OPTION
 
     if shared or not store.is_local:
         return None

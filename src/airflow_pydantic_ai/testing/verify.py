@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable import StepEntry, StepStore
+    from airflow_pydantic_ai.durable import StepStore
+    from airflow_pydantic_ai.durable.read import StepEntry
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
 __all__ = ["Verdict", "verify_task"]
@@ -67,8 +68,9 @@ def verify_task(
     run_id: str = "verify",
 ) -> Verdict:
     """Replay ``store``'s steps (and ``extra``, a fixture's) for ``task`` in replay mode, calling nothing live."""
-    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, Recording, ReplayMiss, ReplayPolicy, run_agent
-    from airflow_pydantic_ai.durable_modes import mask
+    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, Recording, ReplayPolicy, run_agent
+    from airflow_pydantic_ai.durable.errors import ReplayMiss
+    from airflow_pydantic_ai.durable_task.modes import mask
 
     policy = ReplayPolicy(mode="replay", mask=mask, source=source, agent=f"the agent of task {task.task_id!r}")
     options = AttemptOptions(policy=policy, recording=Recording(extra, source) if extra else None)
@@ -85,7 +87,7 @@ def verify_task(
     try:
         run_agent(run, agent, prompt, model=model, usage_limits=task.usage_limits, deps=task.deps)
     except Exception as error:
-        from airflow_pydantic_ai.durable_modes import find_error
+        from airflow_pydantic_ai.durable_task.modes import find_error
 
         miss = find_error(error, ReplayMiss)
         if isinstance(miss, ReplayMiss) and miss.changed:

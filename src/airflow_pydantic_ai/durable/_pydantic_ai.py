@@ -1,0 +1,113 @@
+"""The pydantic-ai internals the engine reads (and never changes), each in one function, with the releases
+it was checked on.
+
+pydantic-ai has no public way to ask these things; every private name the engine uses (a leading
+underscore in a pydantic-ai module or attribute) is used here only, so a pydantic-ai release that moves
+one breaks one function, and its fallback keeps the engine working. Checked on pydantic-ai 2.62 to 2.68.
+Airflow's version differences live in the Airflow side's ``_compat.py``; this module imports nothing of
+Airflow and nothing of the Airflow side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "agent_has_output_validators",
+    "current_run_context",
+    "durable_operation_names",
+    "failed_output_validator",
+    "output_validators",
+]
+
+
+def agent_has_output_validators(agent: Any) -> bool | None:
+    """Whether a pydantic-ai agent has output validators (``@agent.output_validator``); None when unknown.
+
+    pydantic-ai refuses a run ``output_type`` beside output validators and has no public way to ask
+    whether an agent has any: ``Agent._output_validators`` (2.62 to 2.68) is read here, and nowhere else.
+    """
+    validators = getattr(agent, "_output_validators", None)
+    return None if validators is None else bool(validators)
+
+
+def output_validators(ctx: Any) -> tuple[Any, ...]:
+    """The ``@agent.output_validator`` functions of the run ``ctx`` (a ``RunContext``) belongs to, in the order
+    pydantic-ai runs them, as its ``OutputValidator`` objects (``await validator.validate(value, ctx)``).
+
+    pydantic-ai keeps them in ``Agent._output_validators`` and reads them from there at each run's start;
+    ``RunContext.agent`` names the agent. Empty when the context names no agent.
+    """
+    agent = getattr(ctx, "agent", None)
+    return tuple(getattr(agent, "_output_validators", None) or ())
+
+
+def failed_output_validator(error: BaseException, validators: Sequence[Any]) -> tuple[int, Any] | None:
+    """Which of ``validators`` raised ``error`` after the output function returned, and the value it was given.
+
+    pydantic-ai runs the output function and then the output validators in one step (``do_process``,
+    inside ``wrap_output_process``), and no hook sits between them: the traceback tells them apart. The
+    frame right below the outermost ``do_process`` is ``OutputValidator.validate`` when a validator
+    raised; anything else (the output function raised, or a run it made inside) gives None, as does a
+    pydantic-ai that no longer has these frames (the caller then treats the error as the function's).
+    """
+    from pydantic_ai._output import OutputValidator
+
+    validate = getattr(OutputValidator.validate, "__code__", None)
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_frame.f_code.co_name != "do_process":
+        traceback = traceback.tb_next
+    below = traceback.tb_next if traceback is not None else None
+    if below is None or below.tb_frame.f_code is not validate:
+        return None
+    frame_locals = below.tb_frame.f_locals
+    for index, validator in enumerate(validators):
+        if validator is frame_locals.get("self"):
+            return index, frame_locals.get("result")
+    return None
+
+
+def durable_operation_names(capability: Any) -> tuple[str, ...]:
+    """The names of a capability's ``@durable_operation`` methods (pydantic-ai's ``durable_exec``), sorted.
+
+    The decorator marks each method with an object pydantic-ai reads through
+    ``durable_exec._capability_operation.get_durable_operation_marker`` (checked on 2.62 and 2.68; the
+    public ``durable_exec`` face has no reader for it). Overrides of base hooks pydantic-ai marks durable
+    count too, as in its own collection. Empty when pydantic-ai has no such marker.
+    """
+    try:
+        from pydantic_ai.durable_exec._capability_operation import get_durable_operation_marker
+    except ImportError:  # pragma: no cover - a pydantic-ai without capability operations
+        return ()
+    names: set[str] = set()
+    cls = type(capability)
+    for base in cls.__mro__[1:]:
+        for attribute, member in vars(base).items():
+            marker = get_durable_operation_marker(member)
+            if (
+                marker is not None
+                and getattr(marker, "base_hook", False)
+                and getattr(cls, attribute, None) is not member
+            ):
+                names.add(marker.name)
+    for klass in cls.__mro__:
+        for member in vars(klass).values():
+            marker = get_durable_operation_marker(member)
+            if marker is not None and not (getattr(marker, "base_hook", False) and member is marker.function):
+                names.add(marker.name)
+    return tuple(sorted(names))
+
+
+def current_run_context() -> Any:
+    """The ``RunContext`` of the agent run whose work is running in this context (None outside any run).
+
+    pydantic-ai sets it around each run's model requests, and the usage it counts for them, with the getter
+    in a private module (``pydantic_ai._run_context.get_current_run_context``, checked on pydantic-ai 2.62
+    and 2.68; ``usage.incr`` runs inside it on both). None when a pydantic-ai no longer has it.
+    """
+    try:
+        from pydantic_ai._run_context import get_current_run_context
+    except ImportError:
+        return None
+    return get_current_run_context()

@@ -1,0 +1,81 @@
+"""The read side's face: what the ``cache`` and ``fixture`` commands, the UI view and the pytest plugin use to
+find, read, price and copy a task instance's cache, without opening an attempt.
+
+Also the XCom key and schema version of a durable try's report (the pytest plugin reads it; ``durable_task/report.py``
+pushes it). The names are imported on first use, and none of the read side's own imports pydantic-ai
+(``airflow pydantic-ai cache list`` stays light). The engine's main face,
+``airflow_pydantic_ai.durable``, is for running attempts; the errors are in ``durable/errors.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY
+    from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
+    from airflow_pydantic_ai.durable.storage.entry import StepEntry
+    from airflow_pydantic_ai.durable.storage.fixtures import read_fixture, write_fixture
+    from airflow_pydantic_ai.durable.storage.identity import id_segment, is_shortened, parse_place
+    from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, latest_attempt
+    from airflow_pydantic_ai.durable.storage.reader import CacheReader, StepDetail, StepInfo
+    from airflow_pydantic_ai.durable.storage.step_costs import StepCost, format_usd, replay_total
+    from airflow_pydantic_ai.durable.wording import plural
+
+__all__ = [
+    "REPORT_SCHEMA_VERSION",
+    "REPORT_XCOM_KEY",
+    "AttemptRecord",
+    "CacheReader",
+    "CacheSummary",
+    "StepCost",
+    "StepDetail",
+    "StepEntry",
+    "StepInfo",
+    "format_usd",
+    "id_segment",
+    "is_shortened",
+    "latest_attempt",
+    "list_caches",
+    "parse_place",
+    "plural",
+    "read_fixture",
+    "replay_total",
+    "write_fixture",
+]
+
+_HOMES = {
+    "REPORT_SCHEMA_VERSION": "steps.report",
+    "REPORT_XCOM_KEY": "steps.report",
+    "AttemptRecord": "storage.notes",
+    "CacheReader": "storage.reader",
+    "CacheSummary": "storage.catalog",
+    "StepCost": "storage.step_costs",
+    "StepDetail": "storage.reader",
+    "StepEntry": "storage.entry",
+    "StepInfo": "storage.reader",
+    "format_usd": "storage.step_costs",
+    "id_segment": "storage.identity",
+    "is_shortened": "storage.identity",
+    "latest_attempt": "storage.notes",
+    "list_caches": "storage.catalog",
+    "parse_place": "storage.identity",
+    "plural": "wording",
+    "read_fixture": "storage.fixtures",
+    "replay_total": "storage.step_costs",
+    "write_fixture": "storage.fixtures",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"airflow_pydantic_ai.durable.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
