@@ -1,0 +1,111 @@
+"""A replayed OpenAI Responses answer continues the server-side chain (issue 28), through pydantic-ai's real
+OpenAI client against a local server speaking the Responses API (``tests/helpers/responses_server.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from tests.helpers.durable import DurableHarness
+from tests.helpers.responses_server import ResponsesServer
+
+pytest.importorskip("openai")
+
+PROMPT = "What is the weather in Paris? Tell the team."
+
+
+def _script(conversation: list[dict[str, Any]]) -> dict[str, Any]:
+    """Look the weather up, then notify the team, then answer: decided by the tool results seen so far."""
+    outputs = [item for item in conversation if item.get("type") == "function_call_output"]
+    if not outputs:
+        return {"tool_calls": [("lookup", {"city": "Paris"})]}
+    if len(outputs) == 1:
+        return {"tool_calls": [("notify", {"message": "Paris: sunny"})]}
+    return {"content": "Sunny in Paris; the team knows."}
+
+
+def _agent(server: ResponsesServer, failures: set[str]) -> Agent[None, str]:
+    from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIResponsesModel(
+        "gpt-test",
+        provider=OpenAIProvider(base_url=server.base_url, api_key="sk-test"),
+        settings=OpenAIResponsesModelSettings(openai_previous_response_id="auto"),
+    )
+    agent: Agent[None, str] = Agent(model, instructions="You help with the weather.")
+
+    @agent.tool_plain
+    def lookup(city: str) -> str:
+        """Look up the weather in a city."""
+        return f"{city}: sunny"
+
+    @agent.tool_plain
+    def notify(message: str) -> str:
+        """Tell the team; down on the first try."""
+        if "notify" in failures:
+            failures.discard("notify")
+            raise ConnectionError("chat API down")
+        return "sent"
+
+    return agent
+
+
+def _reference_requests() -> list[dict[str, Any]]:
+    """The requests of a run that never failed (no durability), as the server received them."""
+    with ResponsesServer(_script) as server:
+        result = _agent(server, set()).run_sync(PROMPT)
+    assert result.output == "Sunny in Paris; the team knows."
+    return server.requests
+
+
+def test_a_replayed_response_continues_the_responses_chain(tmp_path):
+    reference = _reference_requests()
+    assert len(reference) == 3
+    assert [request.get("previous_response_id") for request in reference] == [None, "resp_1", "resp_3"]
+    harness = DurableHarness(str(tmp_path))
+    with ResponsesServer(_script) as server:
+        with pytest.raises(ConnectionError):
+            harness.run(_agent(server, {"notify"}), PROMPT)
+        assert len(server.requests) == 2  # the lookup and the notify calls, then notify failed
+        result, run, log = harness.run(_agent(server, set()), PROMPT)
+
+    assert result.output == "Sunny in Paris; the team knows."
+    assert log.summary() == (
+        "Durable: replayed 3 cached steps (2 model, 1 tool), executed 2 new steps (1 model, 1 tool)"
+    )
+    first_live = server.requests[2]
+    # It continues from the last replayed response, with only the new item: notify's result.
+    assert first_live["previous_response_id"] == "resp_3"
+    assert [item["type"] for item in first_live["input"]] == ["function_call_output"]
+    assert first_live == reference[2], "the request after the replay is the one a run that never failed sends"
+    assert not log.at("warning")
+
+    # The report's saved tokens are what try 1 paid for the two replayed requests (1 and 3 conversation items),
+    # and try 2 paid what the run that never failed paid for its last request (5 items): nothing uploaded twice.
+    tokens = run.report().to_json()["tokens"]
+    assert tokens["saved"] == {"input": 110 + 130, "output": 20}
+    assert tokens["live"] == {"input": 150, "output": 10}
+
+
+def test_a_chain_gone_on_the_server_sends_the_whole_conversation_once(tmp_path):
+    """The stored responses expired between the tries: the server rejects the continuation, and the request goes
+    out again with the whole conversation (a WARNING says so) instead of failing every retry."""
+    reference = _reference_requests()
+    harness = DurableHarness(str(tmp_path))
+    with ResponsesServer(_script) as server:
+        with pytest.raises(ConnectionError):
+            harness.run(_agent(server, {"notify"}), PROMPT)
+        server.forget()
+        result, _, log = harness.run(_agent(server, set()), PROMPT)
+
+    assert result.output == "Sunny in Paris; the team knows."
+    rejected, resent = server.requests[2:]
+    assert rejected["previous_response_id"] == "resp_3"
+    assert "previous_response_id" not in resent
+    assert len(resent["input"]) == 5  # the prompt, two calls and their two results
+    assert resent["input"][-1] == reference[2]["input"][-1]
+    (warning,) = log.at("warning")
+    assert "the provider no longer has the response the replayed steps ended with" in warning
+    assert "sending the whole conversation instead" in warning
