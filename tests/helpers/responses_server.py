@@ -10,10 +10,15 @@ rejected with OpenAI's 400 ``previous_response_not_found``. ``requests`` holds e
 (``resp_1``, ``call_1``...), so two servers given the same requests answer with the same ids. Usage: 100
 input tokens plus 10 per item of the whole conversation (a chained request is billed its context too), 10
 output tokens.
+
+The same answers come over a Responses WebSocket (``websocket_url``: ``response.create`` frames answered with
+the event stream a real socket sends, ``store`` echoed), and ``requests`` holds those bodies too, without the
+frame's ``type``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable
@@ -29,6 +34,8 @@ class ResponsesServer:
     def __init__(self, script: Script) -> None:
         self.script = script
         self.requests: list[dict[str, Any]] = []
+        self.transports: list[str] = []
+        """How each request came: ``"http"`` or ``"websocket"``."""
         self.stored: dict[str, list[dict[str, Any]]] = {}
         """Response id -> the conversation it ends (its input items, then its output items)."""
         self._ids = 0
@@ -38,7 +45,7 @@ class ResponsesServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, payload = server._answer(body)
+                status, payload = server._answer(body, "http")
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -51,19 +58,73 @@ class ResponsesServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._loop = asyncio.new_event_loop()
+        self._socket_thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._socket_server: Any = None
 
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
+    @property
+    def websocket_url(self) -> str:
+        host, port = self._socket_server.sockets[0].getsockname()[:2]
+        return f"ws://{host}:{port}/v1"
+
     def __enter__(self) -> ResponsesServer:
+        from websockets.asyncio.server import serve
+
         self._thread.start()
+        self._socket_thread.start()
+
+        async def start() -> Any:
+            return await serve(self._socket, "127.0.0.1", 0)
+
+        self._socket_server = asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout=10)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._socket_server.close()
+        asyncio.run_coroutine_threadsafe(self._socket_server.wait_closed(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    async def _socket(self, connection: Any) -> None:
+        async for frame in connection:
+            body = json.loads(frame)
+            body.pop("type", None)
+            stream_id = body.pop("stream_id", None)
+            status, payload = self._answer(body, "websocket")
+            events = self._events(payload) if status == 200 else [{"type": "error", "status": status, **payload}]
+            for number, event in enumerate(events):
+                event["sequence_number"] = number
+                if stream_id is not None:
+                    event["stream_id"] = stream_id
+                await connection.send(json.dumps(event))
+
+    @staticmethod
+    def _events(response: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events a Responses stream sends for ``response``: created, each item added and done (a message's
+        text as one delta), completed."""
+        events: list[dict[str, Any]] = [
+            {"type": "response.created", "response": {**response, "status": "in_progress", "output": []}}
+        ]
+        for index, item in enumerate(response["output"]):
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                events.append(
+                    {"type": "response.output_item.added", "output_index": index, "item": {**item, "content": []}}
+                )
+                where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+                events.append({"type": "response.output_text.delta", **where, "delta": text, "logprobs": []})
+                events.append({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
+            else:
+                events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+            events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        events.append({"type": "response.completed", "response": response})
+        return events
 
     def forget(self) -> None:
         """Drop every stored response, as OpenAI does when they expire."""
@@ -74,9 +135,10 @@ class ResponsesServer:
         self._ids += 1
         return self._ids
 
-    def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _answer(self, body: dict[str, Any], transport: str) -> tuple[int, dict[str, Any]]:
         with self._lock:
             self.requests.append(body)
+            self.transports.append(transport)
             new_items = body.get("input") or []
             if isinstance(new_items, str):
                 new_items = [{"role": "user", "content": new_items}]

@@ -25,14 +25,23 @@ def _script(conversation: list[dict[str, Any]]) -> dict[str, Any]:
     return {"content": "Sunny in Paris; the team knows."}
 
 
-def _agent(server: ResponsesServer, failures: set[str]) -> Agent[None, str]:
+def _agent(server: ResponsesServer, failures: set[str], transport: str = "http") -> Agent[None, str]:
+    """The agent, its model on ``server`` over HTTP with ``openai_previous_response_id="auto"``, or over the Responses
+    WebSocket (``openai_transport="websocket"``, where "auto" is the default)."""
+    from openai import AsyncOpenAI
     from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
     from pydantic_ai.providers.openai import OpenAIProvider
 
+    if transport == "websocket":
+        client = AsyncOpenAI(base_url=server.base_url, websocket_base_url=server.websocket_url, api_key="sk-test")
+        settings: dict[str, Any] = {"openai_transport": "websocket"}
+    else:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test")
+        settings = {"openai_previous_response_id": "auto"}
     model = OpenAIResponsesModel(
         "gpt-test",
-        provider=OpenAIProvider(base_url=server.base_url, api_key="sk-test"),
-        settings=OpenAIResponsesModelSettings(openai_previous_response_id="auto"),
+        provider=OpenAIProvider(openai_client=client),
+        settings=OpenAIResponsesModelSettings(**settings),  # type: ignore[typeddict-item]
     )
     agent: Agent[None, str] = Agent(model, instructions="You help with the weather.")
 
@@ -52,26 +61,35 @@ def _agent(server: ResponsesServer, failures: set[str]) -> Agent[None, str]:
     return agent
 
 
-def _reference_requests() -> list[dict[str, Any]]:
+def _transports() -> list[str]:
+    """HTTP, and the Responses WebSocket where this pydantic-ai has it (2.68; not 2.62)."""
+    from pydantic_ai.models.openai import OpenAIResponsesModelSettings
+
+    return ["http", "websocket"] if "openai_transport" in OpenAIResponsesModelSettings.__annotations__ else ["http"]
+
+
+def _reference_requests(transport: str = "http") -> list[dict[str, Any]]:
     """The requests of a run that never failed (no durability), as the server received them."""
     with ResponsesServer(_script) as server:
-        result = _agent(server, set()).run_sync(PROMPT)
+        result = _agent(server, set(), transport).run_sync(PROMPT)
     assert result.output == "Sunny in Paris; the team knows."
     return server.requests
 
 
-def test_a_replayed_response_continues_the_responses_chain(tmp_path):
-    reference = _reference_requests()
+@pytest.mark.parametrize("transport", _transports())
+def test_a_replayed_response_continues_the_responses_chain(tmp_path, transport):
+    reference = _reference_requests(transport)
     assert len(reference) == 3
     assert [request.get("previous_response_id") for request in reference] == [None, "resp_1", "resp_3"]
     harness = DurableHarness(str(tmp_path))
     with ResponsesServer(_script) as server:
         with pytest.raises(ConnectionError):
-            harness.run(_agent(server, {"notify"}), PROMPT)
+            harness.run(_agent(server, {"notify"}, transport), PROMPT)
         assert len(server.requests) == 2  # the lookup and the notify calls, then notify failed
-        result, run, log = harness.run(_agent(server, set()), PROMPT)
+        result, run, log = harness.run(_agent(server, set(), transport), PROMPT)
 
     assert result.output == "Sunny in Paris; the team knows."
+    assert server.transports == [transport] * 3
     assert log.summary() == (
         "Durable: replayed 3 cached steps (2 model, 1 tool), executed 2 new steps (1 model, 1 tool)"
     )
