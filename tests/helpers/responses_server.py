@@ -11,7 +11,8 @@ rejected with OpenAI's 400 ``previous_response_not_found``. ``requests`` holds e
 input tokens plus 10 per item of the whole conversation (a chained request is billed its context too), 10
 output tokens.
 
-The same answers come over a Responses WebSocket (``websocket_url``: ``response.create`` frames answered with
+A request with ``"stream": true`` is answered with server-sent events. The same answers come over a Responses
+WebSocket (``websocket_url``: ``response.create`` frames answered with
 the event stream a real socket sends, ``store`` echoed), and ``requests`` holds those bodies too, without the
 frame's ``type``.
 """
@@ -46,12 +47,25 @@ class ResponsesServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 status, payload = server._answer(body, "http")
+                if status == 200 and body.get("stream"):
+                    self._stream(server._events(payload))
+                    return
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _stream(self, events: list[dict[str, Any]]) -> None:
+                """Server-sent events, then the connection closes (HTTP/1.0)."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for number, event in enumerate(events):
+                    event["sequence_number"] = number
+                    self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

@@ -27,7 +27,8 @@ def _script(conversation: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _agent(server: ResponsesServer, failures: set[str], transport: str = "http") -> Agent[None, str]:
     """The agent, its model on ``server`` over HTTP with ``openai_previous_response_id="auto"``, or over the Responses
-    WebSocket (``openai_transport="websocket"``, where "auto" is the default)."""
+    WebSocket (``openai_transport="websocket"``, where "auto" is the default); ``"fallback"``: over HTTP, as the
+    first model of a ``FallbackModel`` (which the caching wrapper sees instead)."""
     from openai import AsyncOpenAI
     from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
     from pydantic_ai.providers.openai import OpenAIProvider
@@ -43,6 +44,11 @@ def _agent(server: ResponsesServer, failures: set[str], transport: str = "http")
         provider=OpenAIProvider(openai_client=client),
         settings=OpenAIResponsesModelSettings(**settings),  # type: ignore[typeddict-item]
     )
+    if transport == "fallback":
+        from pydantic_ai.models.fallback import FallbackModel
+        from pydantic_ai.models.test import TestModel
+
+        model = FallbackModel(model, TestModel())  # type: ignore[assignment]
     agent: Agent[None, str] = Agent(model, instructions="You help with the weather.")
 
     @agent.tool_plain
@@ -62,16 +68,28 @@ def _agent(server: ResponsesServer, failures: set[str], transport: str = "http")
 
 
 def _transports() -> list[str]:
-    """HTTP, and the Responses WebSocket where this pydantic-ai has it (2.68; not 2.62)."""
+    """HTTP (alone, streamed, and under a ``FallbackModel``), and the Responses WebSocket where this pydantic-ai
+    has it (2.68; not 2.62)."""
     from pydantic_ai.models.openai import OpenAIResponsesModelSettings
 
-    return ["http", "websocket"] if "openai_transport" in OpenAIResponsesModelSettings.__annotations__ else ["http"]
+    found = ["http", "http-streamed", "fallback"]
+    return [*found, "websocket"] if "openai_transport" in OpenAIResponsesModelSettings.__annotations__ else found
+
+
+async def _ignore_events(ctx: Any, events: Any) -> None:
+    async for _ in events:
+        pass
+
+
+def _run_options(transport: str) -> dict[str, Any]:
+    """``run_sync`` options: an event stream handler makes pydantic-ai stream each request (``http-streamed``)."""
+    return {"event_stream_handler": _ignore_events} if transport == "http-streamed" else {}
 
 
 def _reference_requests(transport: str = "http") -> list[dict[str, Any]]:
     """The requests of a run that never failed (no durability), as the server received them."""
     with ResponsesServer(_script) as server:
-        result = _agent(server, set(), transport).run_sync(PROMPT)
+        result = _agent(server, set(), transport).run_sync(PROMPT, **_run_options(transport))
     assert result.output == "Sunny in Paris; the team knows."
     return server.requests
 
@@ -84,16 +102,17 @@ def test_a_replayed_response_continues_the_responses_chain(tmp_path, transport):
     harness = DurableHarness(str(tmp_path))
     with ResponsesServer(_script) as server:
         with pytest.raises(ConnectionError):
-            harness.run(_agent(server, {"notify"}, transport), PROMPT)
+            harness.run(_agent(server, {"notify"}, transport), PROMPT, **_run_options(transport))
         assert len(server.requests) == 2  # the lookup and the notify calls, then notify failed
-        result, run, log = harness.run(_agent(server, set(), transport), PROMPT)
+        result, run, log = harness.run(_agent(server, set(), transport), PROMPT, **_run_options(transport))
 
     assert result.output == "Sunny in Paris; the team knows."
-    assert server.transports == [transport] * 3
+    assert server.transports == ["websocket" if transport == "websocket" else "http"] * 3
     assert log.summary() == (
         "Durable: replayed 3 cached steps (2 model, 1 tool), executed 2 new steps (1 model, 1 tool)"
     )
     first_live = server.requests[2]
+    assert first_live.get("stream", False) is (transport == "http-streamed")
     # It continues from the last replayed response, with only the new item: notify's result.
     assert first_live["previous_response_id"] == "resp_3"
     assert [item["type"] for item in first_live["input"]] == ["function_call_output"]
@@ -107,16 +126,18 @@ def test_a_replayed_response_continues_the_responses_chain(tmp_path, transport):
     assert tokens["live"] == {"input": 150, "output": 10}
 
 
-def test_a_chain_gone_on_the_server_sends_the_whole_conversation_once(tmp_path):
+@pytest.mark.parametrize("transport", [transport for transport in _transports() if transport != "fallback"])
+def test_a_chain_gone_on_the_server_sends_the_whole_conversation_once(tmp_path, transport):
     """The stored responses expired between the tries: the server rejects the continuation, and the request goes
-    out again with the whole conversation (a WARNING says so) instead of failing every retry."""
-    reference = _reference_requests()
+    out again with the whole conversation (a WARNING says so) instead of failing every retry. (Under a
+    ``FallbackModel`` the rejection never reaches the caching wrapper: the next model of the fallback answers.)"""
+    reference = _reference_requests(transport)
     harness = DurableHarness(str(tmp_path))
     with ResponsesServer(_script) as server:
         with pytest.raises(ConnectionError):
-            harness.run(_agent(server, {"notify"}), PROMPT)
+            harness.run(_agent(server, {"notify"}, transport), PROMPT, **_run_options(transport))
         server.forget()
-        result, _, log = harness.run(_agent(server, set()), PROMPT)
+        result, _, log = harness.run(_agent(server, set(), transport), PROMPT, **_run_options(transport))
 
     assert result.output == "Sunny in Paris; the team knows."
     rejected, resent = server.requests[2:]

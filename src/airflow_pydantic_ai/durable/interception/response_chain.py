@@ -58,7 +58,8 @@ def serving_model(model: Model, response: ModelResponse) -> Model | None:
         members = [serving_model(member, response) for member in model.models]
         candidates = [m for m in members if m is not None and m.system == response.provider_name]
         named = [m for m in candidates if m.model_name == response.model_name]
-        return (named or candidates or [None])[0]
+        found = named or candidates
+        return found[0] if found else None
     return None
 
 
