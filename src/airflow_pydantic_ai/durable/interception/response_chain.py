@@ -106,11 +106,15 @@ class ResponseChain:
         response: ModelResponse,
     ) -> ModelResponse:
         """``response`` with the ``history_digest`` the model serving it records after ``messages`` (as it is
-        when no model under ``model`` keeps server-side state)."""
+        when no model under ``model`` keeps server-side state, or the digest cannot be computed: then the next
+        request sends the whole conversation, which is never wrong)."""
         serving = serving_model(model, response)
         if serving is None:
             return response
-        return with_history_digest_after(serving, messages, settings, parameters, response) or response
+        try:
+            return with_history_digest_after(serving, messages, settings, parameters, response) or response
+        except Exception:  # a pydantic-ai whose private computation changed shape: not continued, never a failure
+            return response
 
     def after_rejection(self, error: BaseException, messages: Sequence[ModelMessage]) -> list[ModelMessage] | None:
         """The history to send again when ``error`` rejected the chain of a response this attempt replayed (the
