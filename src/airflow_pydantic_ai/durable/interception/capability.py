@@ -13,7 +13,7 @@ the attempt is decided once, in ``for_run``, before any hook fires.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -28,6 +28,7 @@ from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.interception.context_model import RunContextModel
 from airflow_pydantic_ai.durable.interception.live_operations import name_live_operations
 from airflow_pydantic_ai.durable.interception.model import CachingModel
+from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
 from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
 from airflow_pydantic_ai.durable.steps.nesting import current_place
 from airflow_pydantic_ai.durable.steps.run import DurableRun
@@ -49,6 +50,8 @@ class DurableCapability(AbstractCapability[Any]):
 
     run: DurableRun | None = None
     """The attempt's run this capability records into (None: found when a run starts, in ``for_run``)."""
+    chain: ResponseChain = field(default_factory=ResponseChain, init=False, repr=False, compare=False)
+    """The run's OpenAI Responses chain across its requests (a wrapper model is made for each request)."""
 
     def get_ordering(self) -> CapabilityOrdering:
         # Innermost: closest to the real model and tools, so other capabilities' wrappers see replays
@@ -82,10 +85,10 @@ class DurableCapability(AbstractCapability[Any]):
     def get_wrapper_model(self, model: Model) -> Model | None:
         if isinstance(model, RunContextModel):
             # An agent run given ``model=ctx.model`` in a tool: its requests are its own run's steps.
-            return None if self.run is None else CachingModel(model.wrapped, self.run)
+            return None if self.run is None else CachingModel(model.wrapped, self.run, self.chain)
         if self.run is None or isinstance(model, CachingModel):
             return None
-        return CachingModel(model, self.run)
+        return CachingModel(model, self.run, self.chain)
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         if self.run is None or isinstance(toolset, CachingToolset):

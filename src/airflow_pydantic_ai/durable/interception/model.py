@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import CompletedStreamedResponse, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
+from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
+
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
 
+    from airflow_pydantic_ai.durable.steps.model_step import ModelStep
     from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["CachingModel"]
@@ -25,12 +29,15 @@ class CachingModel(WrapperModel):
     """Answers a request from the durable cache when its fingerprint was recorded; else asks the model.
 
     Streamed requests are cached too: live on the first attempt, replayed as a completed stream
-    (with part events synthesised from the stored response) on a retry.
+    (with part events synthesised from the stored response) on a retry. A replayed response continues an
+    OpenAI Responses chain as the live one would have (``response_chain.py``).
     """
 
-    def __init__(self, wrapped: Any, run: DurableRun):
+    def __init__(self, wrapped: Any, run: DurableRun, chain: ResponseChain | None = None):
         super().__init__(wrapped)
         self.run = run
+        self.chain = chain if chain is not None else ResponseChain()
+        """The run's Responses chain (the capability keeps one per run: it makes a wrapper per request)."""
 
     def recording_run(self) -> DurableRun:
         """The run each request is a step of (``ctx.model`` in a tool binds its own on the first request)."""
@@ -43,9 +50,35 @@ class CachingModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
         step = self.recording_run().model_step(self.wrapped, messages, model_settings, model_request_parameters)
-        return await step.replay_or_run(
-            lambda: self.wrapped.request(messages, model_settings, model_request_parameters)
-        )
+
+        async def live() -> ModelResponse:
+            try:
+                return await self.wrapped.request(messages, model_settings, model_request_parameters)
+            except ModelHTTPError as error:
+                resend = self._resend_after(error, step, messages)
+                if resend is None:
+                    raise
+            response = await self.wrapped.request(resend, model_settings, model_request_parameters)
+            return self.chain.digested(self.wrapped, messages, model_settings, model_request_parameters, response)
+
+        response = await step.replay_or_run(live)
+        if response is step.replayed:
+            return self.chain.replayed(self.wrapped, messages, model_settings, model_request_parameters, response)
+        return response
+
+    def _resend_after(
+        self, error: ModelHTTPError, step: ModelStep, messages: list[ModelMessage]
+    ) -> list[ModelMessage] | None:
+        """The history to send again when the server rejected the chain of a replayed response (WARNING)."""
+        resend = self.chain.after_rejection(error, messages)
+        if resend is not None:
+            step.run.log.warning(
+                "Durable: %s: the provider no longer has the response the replayed steps ended with (%s); "
+                "sending the whole conversation instead",
+                step.shown(),
+                error.message,
+            )
+        return resend
 
     @asynccontextmanager
     async def request_stream(
@@ -59,15 +92,25 @@ class CachingModel(WrapperModel):
         # A stream is a context, not one awaitable: the two halves of ModelStep.replay_or_run, around it.
         replayed = step.take_replay()
         if replayed is not None:
+            replayed = self.chain.replayed(self.wrapped, messages, model_settings, model_request_parameters, replayed)
             yield CompletedStreamedResponse(
                 replayed, model_request_parameters=model_request_parameters, replay_events=True
             )
             return
         step.before_live()
         try:
-            async with self.wrapped.request_stream(
-                messages, model_settings, model_request_parameters, run_context
-            ) as stream:
+            async with AsyncExitStack() as opened:
+                try:
+                    stream = await opened.enter_async_context(
+                        self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
+                    )
+                except ModelHTTPError as error:
+                    resend = self._resend_after(error, step, messages)
+                    if resend is None:
+                        raise
+                    stream = await opened.enter_async_context(
+                        self.wrapped.request_stream(resend, model_settings, model_request_parameters, run_context)
+                    )
                 yield stream
         except BaseException as error:
             step.record_failure(error)
