@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_pydantic_ai.durable.steps.codec import decode_value, encode_value
+from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
 from airflow_pydantic_ai.durable.steps.stats import TaskLogger
-from airflow_pydantic_ai.durable.steps.writer import TryOutlook
+from airflow_pydantic_ai.durable.steps.writer import StepWriter, TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY, RESULT_KEY, StepEntry
 
-__all__ = ["RecordedOutput", "find_recorded_output", "output_entry"]
+__all__ = ["RecordedOutput", "find_recorded_output", "output_entry", "record_output"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,22 @@ def output_entry(value: Any, *, attempt: int, step: int) -> StepEntry:
         role="result",
         recorded_at=time.time(),
     )
+
+
+def record_output(writer: StepWriter, value: Any, *, attempt: int, step: int) -> None:
+    """Store the output about to be pushed to XCom, so that a retry after a crash returns it as is.
+
+    Not stored (with a warning) when it holds a registered secret or cannot be encoded exactly: a
+    retry then replays the recorded steps to rebuild it.
+    """
+    what = "the task's output"
+    try:
+        entry = output_entry(value, attempt=attempt, step=step)
+    except UnsupportedValue as error:
+        writer.skipped()
+        writer.log.warning("Durable: %s is not cached (%s); a retry replays the steps instead", what, error)
+        return
+    writer.persist(entry, what, on_secret="it is not cached; a retry replays the steps instead")
 
 
 def find_recorded_output(

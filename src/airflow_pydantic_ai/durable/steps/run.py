@@ -39,7 +39,6 @@ from airflow_pydantic_ai.durable.steps.cleanup import (
     pack_for_next_try,
     tidy_failed_try,
 )
-from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
@@ -47,7 +46,7 @@ from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place,
 from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording, load_cache, replayed_from
 from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
-from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, output_entry
+from airflow_pydantic_ai.durable.steps.result import RecordedOutput, find_recorded_output, record_output
 from airflow_pydantic_ai.durable.steps.stats import AttemptStats, TaskLogger, empty_summary
 from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
@@ -57,6 +56,11 @@ from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["DurableRun"]
+
+_MAKE_IT_DURABLE = (
+    "Make it durable: Agent(..., capabilities=[DurableCapability()]) (from airflow_pydantic_ai.durable import "
+    "DurableCapability), or pass capabilities=[DurableCapability()] to its run"
+)
 
 
 @dataclass
@@ -247,10 +251,9 @@ class DurableRun:
             return
         self.log.warning(
             "Durable: %s ran inside this durable attempt without DurableCapability: its model requests and tool "
-            "calls are not recorded, so they run again on a retry. Make it durable: Agent(..., "
-            "capabilities=[DurableCapability()]) (from airflow_pydantic_ai.durable import DurableCapability), "
-            "or pass capabilities=[DurableCapability()] to its run",
+            "calls are not recorded, so they run again on a retry. %s",
             agent(),
+            _MAKE_IT_DURABLE,
         )
 
     def unrecorded_requests(self, label: str, count: int) -> None:
@@ -260,11 +263,10 @@ class DurableRun:
             return
         self.log.warning(
             "Durable: %s made %d model request(s) that are not recorded: an agent run inside it has no "
-            "DurableCapability, so it runs again on a retry. Make it durable: Agent(..., "
-            "capabilities=[DurableCapability()]) (from airflow_pydantic_ai.durable import DurableCapability), "
-            "or pass capabilities=[DurableCapability()] to its run",
+            "DurableCapability, so it runs again on a retry. %s",
             label,
             count,
+            _MAKE_IT_DURABLE,
         )
 
     def step_number(self, entry: StepEntry) -> int:
@@ -386,19 +388,9 @@ class DurableRun:
         )
 
     def record_output(self, value: Any) -> None:
-        """Store the output about to be pushed to XCom, so that a retry after a crash returns it as is.
-
-        Not stored (with a warning) when it holds a registered secret or cannot be encoded exactly: a
-        retry then replays the recorded steps to rebuild it.
-        """
-        what = "the task's output"
-        try:
-            entry = output_entry(value, attempt=self.attempt, step=self.keys.model_steps)
-        except UnsupportedValue as error:
-            self.writer.skipped()
-            self.log.warning("Durable: %s is not cached (%s); a retry replays the steps instead", what, error)
-            return
-        self.writer.persist(entry, what, on_secret="it is not cached; a retry replays the steps instead")
+        """Store the output about to be pushed to XCom, so that a retry after a crash returns it as is (not stored,
+        with a warning, when it holds a registered secret or cannot be encoded exactly: see ``result.py``)."""
+        record_output(self.writer, value, attempt=self.attempt, step=self.keys.model_steps)
 
     def usage_limits(self, limits: UsageLimits | None) -> UsageLimits | None:
         """``limits`` adjusted so that replayed steps do not count against them."""

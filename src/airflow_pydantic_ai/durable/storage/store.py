@@ -2,7 +2,7 @@
 
 Layout: ``{base}/{dag_id}/{run_id}/{task_id}/{map_index}/{kind}-{key}.json`` (``identity.py`` makes the
 prefix). A step is written once, atomically: a single PUT on object stores, a temporary file plus
-rename on local disks (not ``fsync``-ed: see ``_put_local``; a pack is). Nothing is ever rewritten
+rename on local disks (not ``fsync``-ed: see ``local_files.py``; a pack is). Nothing is ever rewritten
 while a try runs, so the bytes written grow with the size of the steps, not with their square, and a
 crash loses at most the step in flight.
 
@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 from fsspec.asyn import AsyncFileSystem, sync
 
@@ -45,107 +44,31 @@ from airflow_pydantic_ai.durable.storage.entry import (
     pack_name,
     parse_pack_name,
 )
-from airflow_pydantic_ai.durable.storage.identity import TaskIdentity, make_private_folders
+from airflow_pydantic_ai.durable.storage.identity import TaskIdentity
+from airflow_pydantic_ai.durable.storage.local_files import LocalFiles, write_atomically
 from airflow_pydantic_ai.durable.storage.pack import Pack, decode_pack, encode_pack
+from airflow_pydantic_ai.durable.storage.stored import (
+    LoadedCache,
+    StoredEntry,
+    Survey,
+    modified_time,
+    newer,
+    stored_bytes,
+)
 
-__all__ = ["LoadedCache", "LocalFiles", "StepStore", "StoredEntry", "Survey", "modified_time"]
-
-
-class LocalFiles:
-    """The local-disk calls of an atomic write. Fault drills pass their own (a kill before the rename...)."""
-
-    def create(self, path: str) -> BinaryIO:
-        """A new file readable by its owner only; fails if ``path`` exists."""
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        return os.fdopen(descriptor, "wb")
-
-    def replace(self, source: str, target: str) -> None:
-        os.replace(source, target)
+__all__ = [
+    "LoadedCache",
+    "LocalFiles",
+    "StepStore",
+    "StoredEntry",
+    "Survey",
+    "modified_time",
+]  # re-exported: the store returns them
 
 
 def _check_note_name(name: str) -> None:
     if not name.startswith(".") or "/" in name or name in (".", ".."):
         raise ValueError(f"a note name starts with '.' and is one path segment, got {name!r}")
-
-
-def modified_time(info: dict[str, Any]) -> dt.datetime | None:
-    """The modification time in an fsspec listing row (``mtime`` on local disks, ``LastModified`` on S3...)."""
-    for key in ("LastModified", "last_modified", "mtime", "updated", "modified", "created"):
-        value = info.get(key)
-        if value is None:
-            continue
-        if isinstance(value, dt.datetime):
-            return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-        if isinstance(value, (int, float)):
-            return dt.datetime.fromtimestamp(float(value), tz=dt.UTC)
-        if isinstance(value, str):
-            try:
-                parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            except ValueError:
-                continue
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-    return None
-
-
-@dataclass
-class LoadedCache:
-    """The usable entries of a task instance's cache, by name, and the names that were skipped."""
-
-    entries: dict[str, StepEntry] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    bytes_read: int = 0
-
-
-@dataclass(frozen=True)
-class StoredEntry:
-    """One entry as found in storage, before it is verified: in an object of its own, or in a pack."""
-
-    name: str
-    data: bytes | dict[str, Any] | BaseException
-    """Its stored bytes (a single entry), its parsed stored form (in a pack), or why it could not be read."""
-    object_size: int
-    """Bytes of the object that holds it (a pack holds more than this entry)."""
-    modified: dt.datetime | None
-    container: str
-    """The object that holds it: its own name, or the pack's."""
-
-    @property
-    def in_pack(self) -> bool:
-        return self.container != self.name
-
-    @property
-    def size(self) -> int:
-        """Bytes of this entry as stored: its object's, or, in a pack, its own stored form there (a pack keeps
-        each entry byte for byte as it was stored singly). Worked out when asked: reading a cache to replay it
-        never needs it."""
-        if self.in_pack and isinstance(self.data, dict):
-            return len(_stored_bytes(self.data))
-        return self.object_size
-
-
-@dataclass
-class Survey:
-    """What a task instance's cache holds: every verified entry (the newest copy of each), and what is damaged."""
-
-    entries: dict[str, tuple[StepEntry, StoredEntry]] = field(default_factory=dict)
-    damaged: list[tuple[StoredEntry, CorruptEntry]] = field(default_factory=list)
-    """Entries (or whole packs, under the pack's name) that must not be replayed, with the reason."""
-    bytes_read: int = 0
-
-
-def _stored_bytes(data: bytes | dict[str, Any]) -> bytes:
-    """An entry's stored form as bytes (an entry read from a pack was parsed: written back as compact JSON)."""
-    if isinstance(data, bytes):
-        return data
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:  # lone surrogates (undecodable file names): ASCII escapes read back the same
-        return json.dumps(data, separators=(",", ":")).encode()
-
-
-def _newer(entry: StepEntry, than: StepEntry) -> bool:
-    return (entry.attempt, entry.recorded_at or 0.0) > (than.attempt, than.recorded_at or 0.0)
 
 
 @dataclass
@@ -294,7 +217,7 @@ class StepStore:
                     self._unread[item.name] = (item.data, item.container)
                 continue
             known = survey.entries.get(item.name)
-            if known is None or _newer(entry, known[0]):
+            if known is None or newer(entry, known[0]):
                 survey.entries[item.name] = (entry, item)
                 self._held[item.name] = (item.data, item.container)  # type: ignore[assignment]
         return survey
@@ -338,7 +261,7 @@ class StepStore:
         carried = {name: item for name, item in self._unread.items() if name not in held}
         if not held and not carried:
             return None
-        stored = {name: _stored_bytes(data) for name, (data, _) in {**carried, **held}.items()}
+        stored = {name: stored_bytes(data) for name, (data, _) in {**carried, **held}.items()}
         replaces = sorted(self._packs_seen | {container for _, container in held.values() if is_pack_name(container)})
         name = str(pack_name(attempt, stored))
         data = encode_pack(stored, attempt=attempt, owner=self.owner, replaces=replaces)
@@ -422,40 +345,8 @@ class StepStore:
             self._request("pipe_file", path, data)
 
     def _put_local(self, path: str, data: bytes, *, sync: bool = False) -> None:
-        """Temporary file, then rename: atomic against a crash of the process at any point.
-
-        ``sync``: also ``fsync`` the file before the rename and the folder after it, so that the object
-        survives a power loss too. Single entries are not synced (an ``fsync`` costs 0.5-10 ms, more
-        than the rest of a step's recording): the page cache keeps them through a kill of the process,
-        and a power loss can only tear or drop the last ones, which their checksum then rejects (the
-        step runs live). A pack, written once at the end of a try, is synced.
-        """
-        directory = os.path.dirname(path)
-        self.created_folders.extend(make_private_folders(directory))
-        temporary = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
-        try:
-            handle = self.local_files.create(temporary)
-        except FileNotFoundError:
-            # Another try of this task instance removed the folder it had left empty just now: once more.
-            self.created_folders.extend(make_private_folders(directory))
-            handle = self.local_files.create(temporary)
-        try:
-            with handle:
-                handle.write(data)
-                if sync:
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            self.local_files.replace(temporary, path)
-        except BaseException:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-            raise
-        if sync:
-            folder = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(folder)
-            finally:
-                os.close(folder)
+        """Temporary file, then rename (``LocalFiles.write_atomically``); ``sync``: ``fsync`` too (a pack)."""
+        write_atomically(self.local_files, path, data, created=self.created_folders, sync=sync)
 
     def write_note(self, name: str, data: bytes) -> None:
         """Write a small object beside the entries (``name`` starts with "."): never loaded as a step, not counted."""

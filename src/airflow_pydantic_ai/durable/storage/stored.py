@@ -1,0 +1,97 @@
+"""What reading a task instance's cache finds, before and after each entry is verified: the stored entries
+(in an object of their own or in a pack, with their own stored size), a survey of the whole cache, the loaded
+cache an attempt replays from, and the time of a listing row. No I/O: the store (``store.py``) fills them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry
+
+__all__ = ["LoadedCache", "StoredEntry", "Survey", "modified_time", "newer", "stored_bytes"]
+
+
+def modified_time(info: dict[str, Any]) -> dt.datetime | None:
+    """The modification time in an fsspec listing row (``mtime`` on local disks, ``LastModified`` on S3...)."""
+    for key in ("LastModified", "last_modified", "mtime", "updated", "modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, dt.datetime):
+            return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        if isinstance(value, (int, float)):
+            return dt.datetime.fromtimestamp(float(value), tz=dt.UTC)
+        if isinstance(value, str):
+            try:
+                parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    return None
+
+
+@dataclass
+class LoadedCache:
+    """The usable entries of a task instance's cache, by name, and the names that were skipped."""
+
+    entries: dict[str, StepEntry] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    bytes_read: int = 0
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """One entry as found in storage, before it is verified: in an object of its own, or in a pack."""
+
+    name: str
+    data: bytes | dict[str, Any] | BaseException
+    """Its stored bytes (a single entry), its parsed stored form (in a pack), or why it could not be read."""
+    object_size: int
+    """Bytes of the object that holds it (a pack holds more than this entry)."""
+    modified: dt.datetime | None
+    container: str
+    """The object that holds it: its own name, or the pack's."""
+
+    @property
+    def in_pack(self) -> bool:
+        return self.container != self.name
+
+    @property
+    def size(self) -> int:
+        """Bytes of this entry as stored: its object's, or, in a pack, its own stored form there (a pack keeps
+        each entry byte for byte as it was stored singly). Worked out when asked: reading a cache to replay it
+        never needs it."""
+        if self.in_pack and isinstance(self.data, dict):
+            return len(stored_bytes(self.data))
+        return self.object_size
+
+
+@dataclass
+class Survey:
+    """What a task instance's cache holds: every verified entry (the newest copy of each), and what is damaged."""
+
+    entries: dict[str, tuple[StepEntry, StoredEntry]] = field(default_factory=dict)
+    damaged: list[tuple[StoredEntry, CorruptEntry]] = field(default_factory=list)
+    """Entries (or whole packs, under the pack's name) that must not be replayed, with the reason."""
+    bytes_read: int = 0
+
+
+def stored_bytes(data: bytes | dict[str, Any]) -> bytes:
+    """An entry's stored form as bytes (an entry read from a pack was parsed: written back as compact JSON)."""
+    if isinstance(data, bytes):
+        return data
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # lone surrogates (undecodable file names): ASCII escapes read back the same
+        return json.dumps(data, separators=(",", ":")).encode()
+
+
+def newer(entry: StepEntry, than: StepEntry) -> bool:
+    """Whether ``entry`` was written after ``than`` (a later try, or later in the same try): the newest copy of a
+    name wins when a cache holds it twice (a pack and a single entry)."""
+    return (entry.attempt, entry.recorded_at or 0.0) > (than.attempt, than.recorded_at or 0.0)
