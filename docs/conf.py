@@ -56,9 +56,11 @@ nitpick_ignore_regex = [
         r"ModelMessage|ModelResponse|ModelSettings|ModelRequestParameters|RunContext|ToolsetTool|ObjectStoragePath|"
         r"DurableRun|Collection|AgentRunResult|WaitingForDecisions|(airflow_pydantic_ai\.durable\.(steps\.)?writer\.)?TryOutlook|"
         r"(airflow_pydantic_ai\.durable\.(storage\.)?identity\.)?Region|RetryDecision|RetryPolicy|"
-        r"(airflow_pydantic_ai\.durable\.steps\.mode\.)?ReplayPolicy|"
+        r"(airflow_pydantic_ai\.durable\.steps\.replay_policy\.)?ReplayPolicy|"
         r"(airflow_pydantic_ai\.durable\.steps\.budget\.)?RetryBudget|(airflow_pydantic_ai\.durable\.storage\.step_costs\.)?StepCost)",
     ),
     # DurableRun's fields name the attempt's internal rooms (documented in architecture.rst, not in the API).
     (r"py:class", r"airflow_pydantic_ai\.durable\.steps\.nesting\.(RunScope|AttemptFamily)"),
+    # DurableCapability keeps one Responses chain per agent run (internal: architecture.rst).
+    (r"py:class", r"airflow_pydantic_ai\.durable\.interception\.response_chain\.ResponseChain"),
 ]

@@ -1,7 +1,7 @@
 """What a step of a durable attempt may do when it finds no recorded entry: the ``durable_mode`` policy.
 
 ``auto`` (the default) replays what was recorded and runs the rest live, recording it. ``replay`` allows
-no live call at all: a model request or a tool call with no matching entry raises :class:`ReplayMiss`
+no live call at all: a model request or a tool call with no matching entry raises ``ReplayMiss``
 *before* the model or the tool is called, naming the step, the agent, the request components that
 changed (the fingerprint's component digests) and, for a changed prompt or instructions, a short
 unified diff of the texts (masked). Tools named in ``live_tools`` run live in ``replay`` mode even when
@@ -92,7 +92,7 @@ class ReplayPolicy:
         recorded: Mapping[int, StepEntry],
         agent: str | None = None,
     ) -> None:
-        """In ``replay`` mode, raise :class:`ReplayMiss` unless the request was recorded.
+        """In ``replay`` mode, raise ``ReplayMiss`` unless the request was recorded.
 
         ``recorded``: the model entries of this agent run by step number (the divergence's); ``agent``: which
         agent runs, when it is not the attempt's first one.
@@ -134,7 +134,7 @@ class ReplayPolicy:
         model_step: int,
         recorded: Mapping[int, StepEntry],
     ) -> None:
-        """In ``replay`` mode, raise :class:`ReplayMiss` unless the call was recorded (or its tool runs live).
+        """In ``replay`` mode, raise ``ReplayMiss`` unless the call was recorded (or its tool runs live).
 
         ``model_step``: the number of the model step whose answer made the call; ``recorded``: the model entries
         of this agent run by step number.
@@ -152,7 +152,7 @@ class ReplayPolicy:
         )
 
     def check_decision(self, call: str, recorded: bool) -> None:
-        """In ``replay`` mode, raise :class:`ReplayMiss` when a call needs a person's decision that was not recorded."""
+        """In ``replay`` mode, raise ``ReplayMiss`` when a call needs a person's decision that was not recorded."""
         if self.replaying and not recorded:
             raise ReplayMiss(
                 f"the call {call} needs approval and {self.source} holds no decision for it; durable_mode = replay "
