@@ -74,6 +74,8 @@ class Outcome:
     warnings: dict[int, bool] = field(default_factory=dict)
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    checked: bool = False
+    """Every expectation was checked (False: the scenario stopped on an error, e.g. a time limit)."""
 
     def row(self) -> list[str]:
         return [
@@ -86,7 +88,7 @@ class Outcome:
             self.storage,
             "/".join("yes" if self.warnings.get(n) else "no" for n in (1, 2)),
             f"{self.seconds:.0f} s",
-            "PASS" if not self.failures else "FAIL",
+            ("PASS" if not self.failures else "FAIL") if self.checked else "ERROR",
         ]
 
 
@@ -223,6 +225,7 @@ def run_scenario(trial: Trial, scenario: str, dag_id: str) -> tuple[Outcome, dic
 
 
 def _report(outcome: Outcome, deployment: CeleryDeployment) -> None:
+    outcome.checked = True
     assert not outcome.failures, "\n".join([*outcome.failures, deployment.tails()])
 
 
