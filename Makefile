@@ -125,7 +125,7 @@ celery-trial: $(CELERY_VENV)/bin/.installed
 		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq redis-server postgresql; \
 	fi
 	@groups=$(CURDIR)/.celery/groups; : > $$groups; \
-	trap 'for g in $$(cat '"$$groups"'); do kill -KILL -- -$$g 2>/dev/null; done; rm -f '"$$groups" EXIT INT TERM; \
+	trap 'for g in $$(cat '"$$groups"'); do kill -9 -$$g 2>/dev/null; pkill -9 -s $$g; done; rm -f '"$$groups" EXIT INT TERM; \
 	started=$$(date +%s); status=0; \
 	CELERY_TRIAL_GROUPS=$$groups AIRFLOW_PYDANTIC_AI_CELERY_TRIAL=1 $(CELERY_VENV)/bin/python -m pytest \
 		tests/system/test_celery_workers.py -p no:cacheprovider -s -v $(PYTEST_ARGS) || status=$$?; \

@@ -36,17 +36,43 @@ def register_group(pgid: int) -> None:
             handle.write(f"{pgid}\n")
 
 
-def stop_group(process: subprocess.Popen[bytes], grace: float = 30) -> None:
-    """SIGTERM the session led by ``process``, then SIGKILL it if anything of it is left after ``grace`` s."""
-    _signal_group(process.pid, signal.SIGTERM)
+def stop_sessions(processes: list[subprocess.Popen[bytes]], grace: float = 30) -> None:
+    """SIGTERM the process group each of ``processes`` leads, then SIGKILL whatever is left of their sessions
+    after ``grace`` s: Airflow's task supervisor puts each task process in a group of its own (same session),
+    which a signal to the worker's group alone would leave running."""
+    sessions = [process.pid for process in processes]  # each started with start_new_session: sid == pid
+    for sid in sessions:
+        _signal_group(sid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while _group_alive(process.pid) and time.monotonic() < deadline:
-        process.poll()  # reap the leader, or its zombie keeps the group alive
+    while time.monotonic() < deadline and any(_session_members(sid) for sid in sessions):
+        for process in processes:
+            process.poll()  # reap the leader, or its zombie keeps the session alive
         time.sleep(0.2)
-    if _group_alive(process.pid):
-        _signal_group(process.pid, signal.SIGKILL)
-    with suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=10)
+    for sid in sessions:
+        for pid in _session_members(sid):
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    for process in processes:
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+
+
+def _session_members(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (zombies excluded)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with suppress(OSError):
+            if os.getsid(int(entry)) == sid and not _is_zombie(int(entry)):
+                members.append(int(entry))
+    return members
+
+
+def _is_zombie(pid: int) -> bool:
+    with suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    return True  # gone
 
 
 @dataclass
@@ -173,7 +199,7 @@ class Redis:
         return False
 
     def stop(self) -> None:
-        stop_group(self.process, grace=10)
+        stop_sessions([self.process], grace=10)
 
 
 def celery_env(postgres: Postgres, redis: Redis) -> dict[str, str]:
@@ -255,11 +281,11 @@ class CeleryWorker:
         deadline = time.monotonic() + timeout
         while self.alive and time.monotonic() < deadline:
             time.sleep(0.5)
-        stop_group(self.process, grace=5)  # whatever is left of its session
+        stop_sessions([self.process], grace=5)  # whatever is left of its session
 
     def stop(self) -> None:
         if self.process is not None:
-            stop_group(self.process)
+            stop_sessions([self.process])
 
     def tail(self, lines: int = 40) -> str:
         text = self.log.read_text(errors="replace").splitlines()[-lines:] if self.log.exists() else []
@@ -308,14 +334,12 @@ class CeleryDeployment:
         return "\n".join([self.cluster.tails(), *(worker.tail() for worker in self.workers.values())])
 
     def stop(self) -> None:
-        for worker in self.workers.values():
-            with suppress(Exception):
-                worker.stop()
-        with suppress(Exception):
-            self.cluster.stop()
-        with suppress(Exception):
-            self.redis.stop()
-        self.postgres.stop()
+        """Stop every session at once (workers, components, Redis), then PostgreSQL."""
+        processes = [worker.process for worker in self.workers.values() if worker.process is not None]
+        try:
+            stop_sessions([*processes, *self.cluster.processes.values(), self.redis.process])
+        finally:
+            self.postgres.stop()
 
 
 @contextmanager
