@@ -6,7 +6,7 @@ DEMO_HOME := $(CURDIR)/.demo/airflow_home
 DEMO_ENV := AIRFLOW_HOME=$(DEMO_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/example_dags \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__UNIT_TEST_MODE=False
 
-.PHONY: install demo test test-unit test-dags test-system lint format bench bench-peer clean docs release-check matrix matrix-oldest matrix-newer-python matrix-list constraints
+.PHONY: install demo test test-unit test-dags test-system lint format bench bench-peer clean docs release-check matrix matrix-oldest matrix-newer-python matrix-list constraints celery-trial
 
 # Version matrix: one session per constraints/airflow-A-pydantic-ai-P.txt, each in its own venv
 # under .matrix/, installed with uv (from PyPI, into .tools/) because it installs a full Airflow
@@ -105,6 +105,32 @@ bench-peer: install
 	test -d bench/.peer || .tools/bin/uv pip install --quiet --no-deps --python $(BIN)/python --target bench/.peer apache-airflow-providers-common-ai==1.0.0
 	$(BIN)/python -m bench --side-by-side
 
+# A real CeleryExecutor deployment on 127.0.0.1 (issue 28): PostgreSQL and Redis from Debian's packages,
+# a scheduler, a dag-processor, an api-server and two Celery workers, each with its own AIRFLOW_HOME; a durable
+# task's retry lands on the other worker (tests/system/test_celery_workers.py says what it checks). Not part of
+# `make test` or CI: it installs system packages (as root) and takes several minutes. Its own venv, so the
+# Celery provider never enters .venv; the packages constraints.txt does not pin are pinned in
+# constraints/celery-trial.txt.
+CELERY_VENV := .celery/venv
+CELERY_TRIAL_PACKAGES := 'apache-airflow-providers-celery[redis]' psycopg2-binary asyncpg
+$(CELERY_VENV)/bin/.installed: pyproject.toml constraints.txt constraints/celery-trial.txt | $(UV)
+	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(CELERY_VENV)
+	$(UV) pip install --quiet --compile-bytecode --python $(CELERY_VENV)/bin/python \
+		-c constraints.txt -c constraints/celery-trial.txt -e ".[test]" $(CELERY_TRIAL_PACKAGES)
+	touch $@
+
+celery-trial: $(CELERY_VENV)/bin/.installed
+	@if ! command -v redis-server >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		if [ "$$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo -n"; fi; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq redis-server postgresql; \
+	fi
+	@groups=$(CURDIR)/.celery/groups; : > $$groups; \
+	trap 'for g in $$(cat '"$$groups"'); do kill -9 -$$g 2>/dev/null; pkill -9 -s $$g; done; rm -f '"$$groups" EXIT INT TERM; \
+	started=$$(date +%s); status=0; \
+	CELERY_TRIAL_GROUPS=$$groups AIRFLOW_PYDANTIC_AI_CELERY_TRIAL=1 $(CELERY_VENV)/bin/python -m pytest \
+		tests/system/test_celery_workers.py -p no:cacheprovider -s -v $(PYTEST_ARGS) || status=$$?; \
+	echo "celery-trial: $$(( $$(date +%s) - started )) s"; exit $$status
+
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/python -m pip install --quiet uv==$(UV_VERSION)
@@ -161,4 +187,4 @@ constraints: $(UV)
 		echo "wrote $$out"; done; done
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache docs/_build dist .matrix .tools
+	rm -rf $(VENV) .celery .demo .pytest_cache .mypy_cache .ruff_cache docs/_build dist .matrix .tools
