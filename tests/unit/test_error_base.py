@@ -13,11 +13,20 @@ from pydantic_ai.exceptions import UsageLimitExceeded
 import airflow_pydantic_ai
 from airflow_pydantic_ai.durable.errors import DurableError
 
+# Modules that refuse to import, with an ImportError saying what to use instead, on the Airflow releases
+# without the feature they wrap (retry policies: Airflow 3.3 and later). Any other ImportError fails the walk.
+_VERSION_GATED = {"airflow_pydantic_ai.retry_policy"}
+
 
 def _public_exceptions() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
     for module_info in pkgutil.walk_packages(airflow_pydantic_ai.__path__, f"{airflow_pydantic_ai.__name__}."):
-        module = importlib.import_module(module_info.name)
+        try:
+            module = importlib.import_module(module_info.name)
+        except ImportError:
+            if module_info.name in _VERSION_GATED:
+                continue
+            raise
         for name, value in vars(module).items():
             if (
                 inspect.isclass(value)
