@@ -121,6 +121,10 @@ class StepOwner(Protocol):
         """The run an agent run starting at ``place`` records into (see ``nesting.py``); None: already bound."""
         ...
 
+    def stable_run_id(self, place: Any) -> str | None:
+        """The ``run_id`` an agent run starting at ``place`` gets on every try; None: pydantic-ai's random one."""
+        ...
+
     def unrecorded_run(self, run_id: str, agent: Callable[[], str]) -> None:
         """A model response was counted for agent run ``run_id``: name its agent once when nothing records it."""
         ...
