@@ -143,6 +143,11 @@ def test_a_delegate_gets_ids_of_its_own_and_keeps_them_on_the_retry(harness):
     assert seen["notify"] == [first_delegation, first_delegation, second_delegation]
     assert len({outer_ids[0][0], first_delegation[0], second_delegation[0]}) == 3
     assert len({outer_ids[0][1], first_delegation[1], second_delegation[1]}) == 3
+    # The delegations keep the scopes runs had before stable ids (indexes 0 and 1 under the call, drawn once),
+    # so a cache recorded then still replays.
+    loaded, _log = harness.open()
+    scopes = {(entry.scope["parent"], entry.scope["index"]) for entry in loaded.entries.values() if entry.scope}
+    assert sorted(index for _parent, index in scopes) == [0, 1] and len({parent for parent, _ in scopes}) == 1
 
 
 def test_two_runs_of_a_plain_tasks_attempt_get_ids_of_their_own(harness):
