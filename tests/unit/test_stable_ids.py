@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.durable_exec import conversation_id_from_run_id
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.durable import task_identity, tool_returns
@@ -208,6 +209,9 @@ def test_ids_passed_to_the_run_win(harness):
     seen: dict[str, list[Ids]] = {}
     harness.run(two_step_agent(seen), "go", run_id="mine", conversation_id="our-thread")
     assert seen["lookup"] == [("mine", "our-thread")]
+    # A run_id of yours alone: the conversation id is derived from it, as pydantic-ai's durable engines do.
+    harness.run(two_step_agent(seen), "go again", run_id="mine too")
+    assert seen["lookup"][1] == ("mine too", conversation_id_from_run_id("mine too"))
 
 
 def test_outside_a_durable_attempt_the_ids_are_pydantic_ais(harness):
