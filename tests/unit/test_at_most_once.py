@@ -183,3 +183,29 @@ def test_the_start_mark_takes_no_step_number(harness: DurableHarness) -> None:
     reader = CacheReader(harness.store())
     assert [info.kind for info in reader.steps()] == ["model", "tool", "model"]
     assert [entry.kind for entry in reader.companions()] == ["started"]
+
+
+@pytest.mark.parametrize("spelling", ["Tool", "FunctionToolset", "with_metadata"])
+def test_every_way_to_mark_a_tool_is_seen(harness: DurableHarness, spelling: str) -> None:
+    from pydantic_ai import Tool
+    from pydantic_ai.toolsets import FunctionToolset
+
+    charges: list[int] = []
+
+    def charge_card(amount: int) -> str:
+        charges.append(amount)
+        if len(charges) == 1:
+            raise CutOff
+        return "charged"
+
+    if spelling == "Tool":
+        toolset = FunctionToolset([Tool(charge_card, metadata=at_most_once())])
+    elif spelling == "FunctionToolset":
+        toolset = FunctionToolset([charge_card], metadata=at_most_once())
+    else:
+        toolset = FunctionToolset([charge_card]).with_metadata(**at_most_once())
+    agent: Agent[Any, str] = Agent(FunctionModel(_model), toolsets=[toolset])
+    _cut_off_try(harness, agent)
+    with pytest.raises(OutcomeUnknown):
+        harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
+    assert charges == [42]
