@@ -289,7 +289,9 @@ def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: An
         ways.insert(0, "set on_unknown_outcome='ask' to be asked on the task's Required Actions page")
     message = (
         f"{doubt.describe()}: its outcome is unknown, so this try does not run it again ({why}). "
-        f"Arguments: {_masked(doubt.started.arguments, redact)}. Then clear the task. To resolve it, " + "; ".join(ways)
+        f"Arguments: {_masked(doubt.started.arguments, redact)}. To resolve it, "
+        + "; ".join(ways)
+        + " (then clear the task, or let its next retry run)"
     )
     return OutcomeUnknown(message, call=doubt)
 
