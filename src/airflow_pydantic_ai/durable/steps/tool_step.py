@@ -330,6 +330,7 @@ class ToolStep:
         if isinstance(error, ModelRetry):  # ToolFailed costs no retry: it can never exhaust them
             self.run.retry_drawn(self.entry_name, self.shown(), "ModelRetry")
         self._write(step_number, encode_outcome(Raised(error)))
+        self._drop_mark_of_a_retry(error)
 
     def _record_retry_signal(self, error: ToolRetryError) -> None:
         """A retry already in pydantic-ai's own form: stored as the part it sends the model, replayed as is."""
@@ -340,6 +341,14 @@ class ToolStep:
             return
         self.run.retry_drawn(self.entry_name, self.shown(), "ToolRetryError")
         self._write(step_number, encode_outcome(RetrySignal(error)))
+        self._drop_mark_of_a_retry(error)
+
+    def _drop_mark_of_a_retry(self, error: BaseException) -> None:
+        """A retry outcome may be forgotten with its answer (``forget_what_failed``): its call's start mark goes
+        now, so that a forgotten outcome never leaves the call looking cut off."""
+        if self.started_mark is not None and not isinstance(error, ToolFailed):
+            self.run.forget_mark(self.started_mark)
+            self.started_mark = None
 
     def _entry(self, step_number: int, payload: dict[str, Any]) -> StepEntry:
         return StepEntry(
