@@ -97,6 +97,7 @@ class CellResult:
             "steps": self.workload.steps,
             "size": self.workload.size,
             "parallel": self.workload.parallel,
+            "at_most_once": self.workload.at_most_once,
             "reps": len(self.repetitions),
             "plain_wall": plain,
             "record_wall": record,
