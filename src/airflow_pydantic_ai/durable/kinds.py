@@ -26,11 +26,12 @@ __all__ = [
     "prefix_of_role",
 ]
 
-StepRole = Literal["model", "tool", "output", "decision", "result"]
+StepRole = Literal["model", "tool", "output", "decision", "result", "forgotten"]
 """What an entry is to a person: a model request, a tool call, a call of an output function, a person's
-decision on a tool call that needed approval, or the task's recorded output."""
+decision on a tool call that needed approval, the task's recorded output, or the mark that forgets the entries
+a run failed on (a tombstone: never a step, never shown as one)."""
 
-EntryPrefix = Literal["model", "tool", "decision", "result"]
+EntryPrefix = Literal["model", "tool", "decision", "result", "forgotten"]
 """The kind an entry's name starts with (``{prefix}-{key}.json``): an output function's call is stored as a
 ``tool`` entry, so that entry names stay what they were before output functions were recorded."""
 
@@ -70,6 +71,7 @@ KINDS: dict[StepRole, KindSpec] = {
         KindSpec("output", "tool", 2, True, True, "tool", None, True, "output", "output function"),
         KindSpec("decision", "decision", 1, True, True, None, None, False, "decision", "decision"),
         KindSpec("result", "result", 3, False, False, None, None, False, None, "output"),
+        KindSpec("forgotten", "forgotten", 4, False, True, None, None, False, None, "forgotten entries"),
     )
 }
 """Every kind, by role, in the order the report and the metrics list them."""
