@@ -74,14 +74,15 @@ def forget_what_failed(run: AttemptOwner) -> None:
         run.store.put(tombstone(marks, attempt=run.attempt, step=run.last_answer.number, recorded_at=now))
     except Exception as error:
         run.log.error(
-            "Durable: could not forget %s: the tombstone could not be written to %s (%s), so nothing was removed "
-            "and the next try replays it and fails the same way; to have the model asked again, delete the "
-            "cache before the next try (%s)",
+            "Durable: could not forget %s (its tombstone could not be written to %s: %s), so nothing was removed "
+            "and the next try replays it and fails the same way. To have the model asked again, delete the cache "
+            "before the next try (%s)",
             run.last_answer.describe(),
             run.store.location,
             describe_error(error),
             run.outlook.delete_hint or "airflow pydantic-ai cache rm, with --from-step to keep the steps before it",
         )
+        run.last_answer = LastAnswer(number=run.last_answer.number)  # said once, however many hooks see it
         return
     for name in names:
         run.entries.pop(name, None)

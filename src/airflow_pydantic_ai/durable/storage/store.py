@@ -104,6 +104,8 @@ class StepStore:
     pack carries them as they are, so packing never drops what it could not read."""
     _packs_seen: set[str] = field(default_factory=set, repr=False)
     """The readable packs the last load found (a pack written from what it held replaces them)."""
+    _forgotten_singles: set[str] = field(default_factory=set, repr=False)
+    """Single entries the last load found holding only a copy a tombstone forgets: a pack removes them too."""
 
     @classmethod
     def for_task(
@@ -214,6 +216,7 @@ class StepStore:
             stored.extend(StoredEntry(entry, body, size, modified, name) for entry, body in pack.bodies.items())
         self._held, self._unread = {}, {}
         self._packs_seen = set(packs)
+        singles: list[tuple[StepEntry, StoredEntry]] = []
         for item in stored:
             try:
                 entry = self._verify(item)
@@ -222,14 +225,16 @@ class StepStore:
                 if item.in_pack and isinstance(item.data, dict):
                     self._unread[item.name] = (item.data, item.container)
                 continue
+            if not item.in_pack:
+                singles.append((entry, item))
             known = survey.entries.get(item.name)
             if known is None or newer(entry, known[0]):
                 survey.entries[item.name] = (entry, item)
                 self._held[item.name] = (item.data, item.container)  # type: ignore[assignment]
-        self._honour_tombstones(survey)
+        self._honour_tombstones(survey, singles)
         return survey
 
-    def _honour_tombstones(self, survey: Survey) -> None:
+    def _honour_tombstones(self, survey: Survey, singles: Sequence[tuple[StepEntry, StoredEntry]]) -> None:
         """Move the tombstones out of the survey's entries, and drop every copy they forget: the newest copy of a
         name is the one a later try might have recorded after it was forgotten; when a mark covers it, it
         covers every older copy too. The tombstones stay held (a pack carries them); what they forget does not."""
@@ -251,6 +256,9 @@ class StepStore:
             if found is not None and mark.covers(found[0]):
                 del survey.entries[name]
                 self._held.pop(name, None)
+        self._forgotten_singles = {
+            item.name for entry, item in singles if item.name in marks and marks[item.name].covers(entry)
+        }
 
     def _verify(self, item: StoredEntry) -> StepEntry:
         if isinstance(item.data, BaseException):
@@ -291,6 +299,7 @@ class StepStore:
         carried = {name: item for name, item in self._unread.items() if name not in held}
         if not held and not carried:
             return None
+        forgotten = sorted(self._forgotten_singles - set(held))
         stored = {name: stored_bytes(data) for name, (data, _) in {**carried, **held}.items()}
         replaces = sorted(self._packs_seen | {container for _, container in held.values() if is_pack_name(container)})
         name = str(pack_name(attempt, stored))
@@ -300,8 +309,8 @@ class StepStore:
         singles = sorted(entry for entry, (_, container) in held.items() if container == entry)
         self._held.update({entry: (stored[entry], name) for entry in held})
         self._unread = {entry: (data, name) for entry, (data, _) in carried.items()}
-        self._packs_seen = {name}
-        self._remove_objects([*replaces, *singles])
+        self._packs_seen, self._forgotten_singles = {name}, set()
+        self._remove_objects([*replaces, *singles, *forgotten])
         return name
 
     def drop(self, names: Sequence[str]) -> None:
@@ -433,7 +442,7 @@ class StepStore:
         ordered += [name for name in newest_first if name in listed and name != RESULT_ENTRY]
         known = set(ordered)
         ordered += sorted(name for name in listed if is_entry_name(name) and name not in known and name != RESULT_ENTRY)
-        self._held, self._unread, self._packs_seen = {}, {}, set()
+        self._held, self._unread, self._packs_seen, self._forgotten_singles = {}, {}, set(), set()
         if not self.is_local:
             rest = sorted(listed - set(ordered) - {RESULT_ENTRY})
             self._remove_objects(ordered)
