@@ -36,7 +36,7 @@ class S3Harness(DurableHarness):
             warn=(log or RecordingLog()).warning,
         )
 
-    def keys(self) -> list[str]:
+    def object_names(self) -> list[str]:
         assert self.bucket is not None
         return [key.rsplit("/", 1)[-1] for key in self.bucket.list_keys("cache/")]
 
@@ -59,13 +59,13 @@ def test_a_kill_before_the_pack_is_rewritten_does_not_bring_the_answer_back_on_s
         patch.setattr(StepStore, "pack", die)
         with pytest.raises(Killed):
             harness.run(answering_agent(script), PROMPT)
-    assert any(key.startswith("pack-") for key in harness.keys()), "the old pack still holds the answer"
+    assert any(key.startswith("pack-") for key in harness.object_names()), "the old pack still holds the answer"
 
     result, run, _ = harness.run(answering_agent(script), PROMPT)
 
     assert (result.output, script.asked, run.replayed.model) == ("good", 2, 0)
     run.finish()
-    assert harness.keys() == []
+    assert harness.object_names() == []
 
 
 def test_a_zombie_pack_does_not_bring_a_forgotten_answer_back_on_s3(harness):
@@ -76,10 +76,10 @@ def test_a_zombie_pack_does_not_bring_a_forgotten_answer_back_on_s3(harness):
     with pytest.raises(UnexpectedModelBehavior):
         harness.run(answering_agent(script), PROMPT)
     zombie.pack_for_next_try()
-    assert sum(key.startswith("pack-") for key in harness.keys()) == 2  # try 2's (the tombstone) and the zombie's
+    assert sum(key.startswith("pack-") for key in harness.object_names()) == 2  # try 2 (the tombstone), the zombie
 
     result, run, _ = harness.run(answering_agent(script), PROMPT)
 
     assert (result.output, script.asked, run.replayed.model) == ("good", 2, 0)
     run.finish()
-    assert harness.keys() == []
+    assert harness.object_names() == []
