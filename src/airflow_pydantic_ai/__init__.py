@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__all__ = ["DurableCapability", "__version__", "durable_attempt", "live_tool"]
+__all__ = ["DurableCapability", "__version__", "at_most_once", "durable_attempt", "live_tool"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,6 +19,10 @@ def __getattr__(name: str) -> Any:
         from airflow_pydantic_ai import durable
 
         return getattr(durable, name)
+    if name == "at_most_once":
+        from airflow_pydantic_ai.durable.side_effects import at_most_once
+
+        return at_most_once
     if name == "durable_attempt":
         from airflow_pydantic_ai.durable_task.lifecycle import durable_attempt
 

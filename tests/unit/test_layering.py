@@ -13,7 +13,12 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "airflow_pydantic_ai"
 ENGINE = PACKAGE / "durable"
 AIRFLOW_SIDE = [path for path in sorted(PACKAGE.rglob("*.py")) if ENGINE not in path.parents]
-FACES = ("airflow_pydantic_ai.durable", "airflow_pydantic_ai.durable.read", "airflow_pydantic_ai.durable.errors")
+FACES = (
+    "airflow_pydantic_ai.durable",
+    "airflow_pydantic_ai.durable.read",
+    "airflow_pydantic_ai.durable.errors",
+    "airflow_pydantic_ai.durable.side_effects",
+)
 FACE_LIMIT = 20
 
 

@@ -16,6 +16,8 @@ Public errors (a user, a test or the Airflow side may catch them):
   ``airflow_pydantic_ai.testing.ReplayFailed``, in every failed replay, and the docs quote it).
 - ``OutsideCacheBase`` and ``NoSuchIteration``: the ids given to ``cache`` commands or the view lead
   outside the cache base, or to no cache of that loop iteration.
+- ``OutcomeUnknown`` (defined in ``steps/at_most_once.py``, beside the call in doubt it carries): an
+  at-most-once call an earlier try started and never finished, which this try may not run again.
 - ``RetryBudgetExceeded`` (defined in ``steps/budget.py``: it is also pydantic-ai's
   ``UsageLimitExceeded``, and this module imports nothing, so that the read side and the CLI can catch
   these errors without importing pydantic-ai).

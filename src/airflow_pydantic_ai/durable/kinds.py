@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "COMPANION_PREFIXES",
     "COUNTED_KINDS",
     "ENTRY_PREFIXES",
     "KINDS",
@@ -26,12 +27,14 @@ __all__ = [
     "prefix_of_role",
 ]
 
-StepRole = Literal["model", "tool", "output", "decision", "result", "forgotten"]
+StepRole = Literal["model", "tool", "output", "decision", "result", "started", "resolution", "checkpoint", "forgotten"]
 """What an entry is to a person: a model request, a tool call, a call of an output function, a person's
-decision on a tool call that needed approval, the task's recorded output, or the mark that forgets the entries
-a run failed on (a tombstone: never a step, never shown as one)."""
+decision on a tool call that needed approval, the task's recorded output; or one of a call's companions: the
+mark that an at-most-once call started (``started``), the answer to "did that call happen?" once it was cut
+off (``resolution``), or a value a resumable tool saved while it ran (``checkpoint``); or the mark that forgets
+the entries a run failed on (``forgotten``, a tombstone: never a step, never shown as one)."""
 
-EntryPrefix = Literal["model", "tool", "decision", "result", "forgotten"]
+EntryPrefix = Literal["model", "tool", "decision", "result", "started", "resolution", "checkpoint", "forgotten"]
 """The kind an entry's name starts with (``{prefix}-{key}.json``): an output function's call is stored as a
 ``tool`` entry, so that entry names stay what they were before output functions were recorded."""
 
@@ -61,6 +64,9 @@ class KindSpec:
     """The kind's part in the metric names (``pydantic_ai.durable.steps.replayed.{metric}``); None: no metric."""
     words: str
     """How the log names a step of this kind (``step 3: output function finalize ...``)."""
+    companion: bool = False
+    """Belongs to one tool call (keyed like it) rather than being a step of its own: it takes no step number in
+    the log, the view or ``cache show`` (which show it with its call), and is never exported to a fixture."""
 
 
 KINDS: dict[StepRole, KindSpec] = {
@@ -71,6 +77,9 @@ KINDS: dict[StepRole, KindSpec] = {
         KindSpec("output", "tool", 2, True, True, "tool", None, True, "output", "output function"),
         KindSpec("decision", "decision", 1, True, True, None, None, False, "decision", "decision"),
         KindSpec("result", "result", 3, False, False, None, None, False, None, "output"),
+        KindSpec("started", "started", 2, False, True, None, None, False, None, "started call", companion=True),
+        KindSpec("resolution", "resolution", 2, False, True, None, None, False, None, "resolution", companion=True),
+        KindSpec("checkpoint", "checkpoint", 2, False, True, None, None, False, None, "checkpoint", companion=True),
         KindSpec("forgotten", "forgotten", 4, False, True, None, None, False, None, "forgotten entries"),
     )
 }
@@ -79,6 +88,8 @@ KINDS: dict[StepRole, KindSpec] = {
 ROLES: tuple[StepRole, ...] = tuple(KINDS)
 ENTRY_PREFIXES: tuple[EntryPrefix, ...] = tuple(dict.fromkeys(spec.prefix for spec in KINDS.values()))
 COUNTED_KINDS: tuple[StepRole, ...] = tuple(role for role, spec in KINDS.items() if spec.is_step)
+COMPANION_PREFIXES: frozenset[str] = frozenset(spec.prefix for spec in KINDS.values() if spec.companion)
+"""The prefixes of entries that belong to a call and are never numbered as steps."""
 """The kinds an attempt's accounting, its report and the metrics count (every step, not the recorded output)."""
 
 

@@ -16,12 +16,13 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
 from airflow_pydantic_ai.durable.interception.context_model import RunContextModel, with_recorded_model
+from airflow_pydantic_ai.durable.steps.in_flight import CallInFlight, running_call
 from airflow_pydantic_ai.durable.steps.tool_step import CANCELLED_RUN_GRACE
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.run import DurableRun
 
-__all__ = ["CANCELLED_RUN_GRACE", "TOOL_CONFIG_KEY", "CachingToolset", "live_tool"]
+__all__ = ["CANCELLED_RUN_GRACE", "TOOL_CONFIG_KEY", "CachingToolset", "at_most_once", "live_tool"]
 
 TOOL_CONFIG_KEY = "airflow_pydantic_ai"
 """The tool metadata key of this engine's per-tool durable configuration (pydantic-ai's ``tool_config_key``)."""
@@ -36,10 +37,32 @@ def live_tool() -> dict[str, Any]:
     return {TOOL_CONFIG_KEY: False}
 
 
+def at_most_once() -> dict[str, Any]:
+    """Tool metadata that makes each call of a tool happen at most once, even when a try is cut off mid-call.
+
+    ``@agent.tool_plain(metadata=at_most_once())``, ``Tool(fn, metadata=at_most_once())``,
+    ``FunctionToolset(..., metadata=at_most_once())`` (every tool of the toolset, an MCP server's too through
+    its toolset's metadata): before each live call the attempt records that the call started. A later try that
+    finds a call started and never finished does not run it again: it asks a person, fails, or runs it again,
+    as the task's ``on_unknown_outcome`` says (``docs/side_effects.rst``). Merge it with metadata of your own:
+    ``metadata={**at_most_once(), "team": "billing"}``.
+    """
+    return {TOOL_CONFIG_KEY: {"at_most_once": True}}
+
+
+def _config(tool: ToolsetTool[Any]) -> Any:
+    return (tool.tool_def.metadata or {}).get(TOOL_CONFIG_KEY)
+
+
 def is_live_tool(tool: ToolsetTool[Any]) -> bool:
     """Whether the tool's metadata opts it out of replay (``{TOOL_CONFIG_KEY: False}``)."""
-    metadata = tool.tool_def.metadata or {}
-    return metadata.get(TOOL_CONFIG_KEY) is False
+    return _config(tool) is False
+
+
+def is_at_most_once(tool: ToolsetTool[Any]) -> bool:
+    """Whether the tool's metadata asks for at-most-once calls (:func:`at_most_once`)."""
+    config = _config(tool)
+    return isinstance(config, dict) and config.get("at_most_once") is True
 
 
 @dataclass
@@ -62,17 +85,25 @@ class CachingToolset(WrapperToolset[Any]):
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
         if self.run is None:
-            return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+            # idempotency_key() and tool_checkpoint() work outside an attempt too (keyed by the agent run).
+            with running_call(CallInFlight(name, ctx.tool_call_id, None, None, run_id=ctx.run_id)):
+                return await self.wrapped.call_tool(name, tool_args, ctx, tool)
         step = self.run.tool_step(name, tool_args, ctx.tool_call_id, ctx.messages, live=is_live_tool(tool))
         if step.is_replay:
             return step.replay()
+        if is_at_most_once(tool):
+            self.run.before_at_most_once(step)  # may replay a person's answer instead, or raise
+            if step.is_replay:
+                return step.replay()
         requests_before, recorded_before = ctx.usage.requests, self.run.stats.model_requests
         # The tool's own ``ctx.model`` requests are steps under this call (context_model.py).
         tool_ctx = with_recorded_model(ctx, self.run)
+        in_flight = CallInFlight(name, ctx.tool_call_id, step.key, self.run, ctx.run_id, self.run.answer_number)
         try:
-            return await step.replay_or_run(
-                lambda: self.wrapped.call_tool(name, tool_args, tool_ctx, tool), in_thread=_runs_in_a_thread(tool)
-            )
+            with running_call(in_flight):
+                return await step.replay_or_run(
+                    lambda: self.wrapped.call_tool(name, tool_args, tool_ctx, tool), in_thread=_runs_in_a_thread(tool)
+                )
         finally:
             # The tool's own ctx.model requests are model steps that the run's usage does not count.
             recorded = self.run.stats.model_requests - recorded_before - _direct_requests(tool_ctx)

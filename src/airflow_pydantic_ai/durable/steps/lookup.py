@@ -111,7 +111,15 @@ def _call_step(
     words = KINDS[kind].words
     label = f"{words} {name} (call {tool_call_id})" if tool_call_id else f"{words} {name}"
     label += run.who
-    step = ToolStep(run=run, label=label, tool_name=name, key=None, is_tool=kind == "tool", call_id=tool_call_id)
+    step = ToolStep(
+        run=run,
+        label=label,
+        tool_name=name,
+        key=None,
+        is_tool=kind == "tool",
+        call_id=tool_call_id,
+        arguments=raw_arguments,
+    )
     if run.keys.failed_closed:
         return step
     try:

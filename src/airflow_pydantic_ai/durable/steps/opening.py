@@ -21,6 +21,7 @@ from pydantic_ai.usage import UsageLimits
 
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
+from airflow_pydantic_ai.durable.steps.at_most_once import OutcomeRules
 from airflow_pydantic_ai.durable.steps.budget import Spent
 from airflow_pydantic_ai.durable.steps.cleanup import discard_earlier_run
 from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
@@ -69,6 +70,8 @@ class AttemptOptions:
     """What a step with no recorded entry does (``durable_mode``); None: ``auto``."""
     recording: Recording | None = None
     """Steps recorded elsewhere (a fixture's) to replay too."""
+    unknown_outcome: OutcomeRules = field(default_factory=OutcomeRules)
+    """What an at-most-once call an earlier try started and never finished does (``on_unknown_outcome``)."""
 
     @property
     def outlook(self) -> TryOutlook:

@@ -28,11 +28,20 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage, UsageLimits
 
 from airflow_pydantic_ai.durable.accounting import SummaryCounts
+from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain, ModelKey
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps import ending as ends
 from airflow_pydantic_ai.durable.steps import lookup
+from airflow_pydantic_ai.durable.steps.at_most_once import (
+    CallInDoubt,
+    OutcomeRules,
+    Resolution,
+    before_live_call,
+    mark_start,
+    resolution_entry,
+)
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget
 from airflow_pydantic_ai.durable.steps.cleanup import (
     delete_after_success,
@@ -92,6 +101,10 @@ class DurableRun:
 
     recording: Recording | None = field(default=None, repr=False)
     """Steps recorded elsewhere that this attempt replays too (a fixture's), for the log's "replayed from"."""
+    outcomes: OutcomeRules = field(default_factory=OutcomeRules, repr=False)
+    """What an at-most-once call an earlier try started and never finished does (``at_most_once.py``)."""
+    redact: Callable[[str], Any] | None = field(default=None, repr=False)
+    """Airflow's secrets masker, for arguments shown in an error (None: shown as they are)."""
 
     @classmethod
     def open(
@@ -114,6 +127,8 @@ class DurableRun:
             attempt=attempt,
             keys=KeyChain(options.fingerprinter or Fingerprinter()),
             policy=options.policy or ReplayPolicy(),
+            outcomes=options.unknown_outcome,
+            redact=options.redact,
         )
         run.stats.telemetry = StepTelemetry(dict(options.span_attributes))  # issue 22
         if options.budget is not None:  # issue 22: read before the first step, whatever the load below finds
@@ -232,6 +247,8 @@ class DurableRun:
             policy=self.policy,  # durable_mode: one policy for every agent run of the attempt
             recording=self.recording,
             budget=self.budget,  # issue 22: a budget across tries covers nested runs too
+            outcomes=self.outcomes,
+            redact=self.redact,
         )
 
     def running(self, key: str | None) -> AbstractContextManager[None]:
@@ -365,6 +382,34 @@ class DurableRun:
     ) -> ToolStep:
         """Fingerprint a call of an output function (what the model's final answer is handed to) and look it up."""
         return lookup.output_step(self, function_name, raw_arguments, tool_call_id, messages)
+
+    def before_at_most_once(self, step: ToolStep) -> None:
+        """Before an at-most-once call runs live: settle an earlier start that never finished, then record this
+        start (``at_most_once.py``); ``step`` may replay a person's answer instead, or this raises."""
+        before_live_call(self, step, self.outcomes, redact=self.redact)
+
+    def mark_start(self, step: ToolStep) -> None:
+        """Record that an at-most-once call starts now (right before it runs, ``at_most_once.py``)."""
+        mark_start(self, step)
+
+    def forget_mark(self, name: str) -> None:
+        """An at-most-once call ended with an exception of its own: remove its start mark (a retry runs it again)."""
+        self.entries.pop(name, None)
+        try:
+            self.store.remove(name)
+        except Exception as error:  # the mark stays: a retry asks about a call that in fact failed
+            self.log.warning(
+                "Durable: could not remove %s%s (%s); a retry treats that call's outcome as unknown",
+                self.store.location,
+                name,
+                describe_error(error),
+            )
+
+    def resolve(self, doubt: CallInDoubt, resolution: Resolution) -> None:
+        """Record what was decided about a call in doubt, and use it in this attempt."""
+        entry = resolution_entry(doubt, resolution)
+        self.writer.persist(entry, f"the answer about {doubt.label}")
+        self.entries[entry.name] = entry
 
     def decision_step(self, call: ToolCallPart, messages: Sequence[ModelMessage]) -> DecisionStep:
         """The decision slot of a call that waits for approval, looked up in the cache."""

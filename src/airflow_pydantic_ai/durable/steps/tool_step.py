@@ -70,6 +70,14 @@ class ToolStep:
     """The tool opted out of replay (its metadata): it runs on every try and is never recorded."""
     numbered: str | None = field(default=None, repr=False)
     """How the log named the call once it ran live (its number is taken once, not per line)."""
+    arguments: Any = field(default=None, repr=False)
+    """The arguments as the model sent them (what an at-most-once call's start mark shows a person)."""
+    marks_start: bool = False
+    """An at-most-once call about to run live: its start is recorded right before it runs (``at_most_once.py``)."""
+    started_mark: str | None = None
+    """The entry that marks this at-most-once call as started, once written."""
+    resolved_by: str | None = None
+    """For a call whose outcome was unknown: who said it happened, and how (its result replays)."""
 
     @property
     def entry_name(self) -> str:
@@ -117,6 +125,11 @@ class ToolStep:
         """Run live after all: drop the recorded outcome."""
         self.replayed = None
 
+    def load_resolution(self, resolution: Any) -> None:
+        """A person said this call (cut off in an earlier try) happened: replay the result they gave."""
+        self.replayed = decode_outcome(resolution.result)
+        self.resolved_by = resolution.describe()
+
     async def replay_or_run(
         self,
         call: Callable[[], Awaitable[Any]],
@@ -131,6 +144,8 @@ class ToolStep:
             return self.replay()
         if self.is_tool and self.run.budget is not None:  # issue 22: a budget across retries may refuse it
             self.run.budget.before_tool_call(self.shown())
+        if self.marks_start:  # issue 29: recorded last, right before the call, once nothing can refuse it
+            self.run.mark_start(self)
         if in_thread:
             return await self._recorded_even_if_cancelled(call())
         return await self._recorded(call(), validator_failure)
@@ -155,7 +170,8 @@ class ToolStep:
                 source.removeprefix("from the cache"),
             )
             return outcome.value
-        run.log.info("Durable: %s replayed %s", shown, run.replayed_from(self.entry_name))
+        source = run.replayed_from(self.entry_name) if self.resolved_by is None else f"as {self.resolved_by}"
+        run.log.info("Durable: %s replayed %s", shown, source)
         if isinstance(outcome, Returned):
             return outcome.value
         if not isinstance(outcome.error, ToolFailed):  # a retry: it may be what makes the run fail
@@ -181,6 +197,9 @@ class ToolStep:
             self._record_retry_signal(error)
             raise
         except BaseException as error:  # it ran (its side effects may have happened) but has no outcome to keep
+            if isinstance(error, Exception) and self.started_mark is not None:
+                # The tool ended and said it failed: not a call cut off. A retry runs it again, as any tool.
+                self.run.forget_mark(self.started_mark)
             failed = validator_failure(error) if validator_failure is not None else None
             if failed is None:
                 self._record_failure(error)
@@ -315,6 +334,7 @@ class ToolStep:
         if isinstance(error, ModelRetry):  # ToolFailed costs no retry: it can never exhaust them
             self.run.retry_drawn(self.entry_name, self.shown(), "ModelRetry")
         self._write(step_number, encode_outcome(Raised(error)))
+        self._drop_mark_of_a_retry(error)
 
     def _record_retry_signal(self, error: ToolRetryError) -> None:
         """A retry already in pydantic-ai's own form: stored as the part it sends the model, replayed as is."""
@@ -325,6 +345,14 @@ class ToolStep:
             return
         self.run.retry_drawn(self.entry_name, self.shown(), "ToolRetryError")
         self._write(step_number, encode_outcome(RetrySignal(error)))
+        self._drop_mark_of_a_retry(error)
+
+    def _drop_mark_of_a_retry(self, error: BaseException) -> None:
+        """A retry outcome may be forgotten with its answer (``forget_what_failed``): its call's start mark goes
+        now, so that a forgotten outcome never leaves the call looking cut off."""
+        if self.started_mark is not None and not isinstance(error, ToolFailed):
+            self.run.forget_mark(self.started_mark)
+            self.started_mark = None
 
     def _entry(self, step_number: int, payload: dict[str, Any]) -> StepEntry:
         return StepEntry(

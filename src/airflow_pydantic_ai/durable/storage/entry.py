@@ -238,6 +238,13 @@ class StepEntry:
         return KINDS[self.step_role].is_step
 
     @property
+    def is_companion(self) -> bool:
+        """Whether the entry belongs to a tool call (a started mark, a resolution, a checkpoint) and takes no step
+        number of its own: the kind table's word."""
+        spec = KINDS.get(self.step_role)
+        return spec is not None and spec.companion
+
+    @property
     def step_role(self) -> StepRole:
         return self.role or self.kind  # an entry's prefix is also the role of the kind it is stored as
 

@@ -121,6 +121,8 @@ class StepNumbers:
     def __init__(self, entries: Iterable[StepEntry] = ()) -> None:
         self._rows: dict[str, ListingRow[None]] = {}
         for entry in entries:  # the loaded cache: keyed once and sorted once, not inserted one by one
+            if entry.is_companion:  # a call's companion (a started mark...) takes no number
+                continue
             self._rows[entry.name] = ListingRow(listing_order(entry), entry, None)
         self._keys: list[OrderKey] = sorted(row.order for row in self._rows.values() if row.entry.scope_id is None)
         self._scoped = len(self._rows) - len(self._keys)
@@ -130,6 +132,8 @@ class StepNumbers:
 
     def add(self, entry: StepEntry) -> None:
         """``entry`` is in the cache now (written, or found at the start); it replaces one of the same name."""
+        if entry.is_companion:  # a call's companion (a started mark...) takes no number
+            return
         self.discard(entry.name)
         row = ListingRow(listing_order(entry), entry, None)
         self._rows[entry.name] = row

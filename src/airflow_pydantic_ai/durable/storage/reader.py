@@ -33,7 +33,8 @@ from airflow_pydantic_ai.durable.storage.store import StepStore
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
 
 StepKindShown = StepRole | Literal["damaged", "encrypted"]
-"""A step's role (the kind table's; a tombstone is never listed: the store keeps it apart), or why it cannot be read."""
+"""A step's role (the kind table's: a call's companions too; a tombstone is never listed, the store keeps it
+apart), or why it cannot be read."""
 _DEFAULT_LIMIT = 4096
 
 
@@ -130,6 +131,13 @@ class CacheReader:
         """The readable entries in recorded order (what ``cache export`` writes as a fixture)."""
         return [entry for _, entry in self._read() if entry is not None]
 
+    def companions(self) -> list[StepEntry]:
+        """The readable entries that belong to a tool call and are not numbered steps (the mark that an
+        at-most-once call started, the resolution of one cut off, a resumable tool's checkpoints), oldest first."""
+        survey = self.store.survey()
+        found = [entry for entry, _ in survey.entries.values() if entry.is_companion]
+        return sorted(found, key=lambda entry: (entry.recorded_at or 0.0, entry.name))
+
     def read(self, number: int) -> StepDetail:
         """Step ``number`` decoded; raises ``KeyError`` when there is no such step."""
         for info, entry in self._read():
@@ -159,7 +167,9 @@ class CacheReader:
     def _read(self) -> list[tuple[StepInfo, StepEntry | None]]:
         survey = self.store.survey()
         readable = [
-            ListingRow(listing_order(entry, item.modified), entry, item) for entry, item in survey.entries.values()
+            ListingRow(listing_order(entry, item.modified), entry, item)
+            for entry, item in survey.entries.values()
+            if not entry.is_companion  # a call's companions are shown with it (companions()), not numbered
         ]
         result: list[tuple[StepInfo, StepEntry | None]] = []
         for row in in_listing_order(readable):

@@ -1,0 +1,87 @@
+"""The engine's face for side effects: tools whose calls must happen once, keys stable across tries, resumable tools.
+
+For a DAG author (also ``from airflow_pydantic_ai import ...``):
+
+- :func:`at_most_once`: tool metadata; a call cut off mid-run is never run again silently (``at_most_once.py``);
+- :func:`idempotency_key`: inside a tool, a key the same on every try for the same call (``idempotency.py``);
+- :func:`tool_checkpoint`: inside a tool, values saved at once and read back by the same call on a retry
+  (``checkpoint.py``).
+
+For the Airflow side (asking a person, the ``cache resolve`` command, the view): :class:`OutcomeRules`,
+:class:`CallInDoubt`, :class:`Resolution`, :class:`AskAboutOutcome` and :class:`OutcomeUnknown`.
+
+``docs/side_effects.rst`` says, for each kind of tool, what happens at each point a try can be cut off.
+Names are imported on first use, as on the other faces.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.interception.toolset import at_most_once
+    from airflow_pydantic_ai.durable.steps.at_most_once import (
+        ANSWERS,
+        UNKNOWN_OUTCOME_CHOICES,
+        Answer,
+        AskAboutOutcome,
+        CallInDoubt,
+        OutcomeRules,
+        OutcomeUnknown,
+        Resolution,
+        StartedCall,
+        UnknownOutcome,
+        parse_result,
+        resolution_entry,
+    )
+
+__all__ = [
+    "ANSWERS",
+    "UNKNOWN_OUTCOME_CHOICES",
+    "Answer",
+    "AskAboutOutcome",
+    "CallInDoubt",
+    "OutcomeRules",
+    "OutcomeUnknown",
+    "Resolution",
+    "StartedCall",
+    "UnknownOutcome",
+    "at_most_once",
+    "parse_result",
+    "resolution_entry",
+]
+
+_HOMES = {
+    "at_most_once": "interception.toolset",
+    **dict.fromkeys(
+        (
+            "ANSWERS",
+            "UNKNOWN_OUTCOME_CHOICES",
+            "Answer",
+            "AskAboutOutcome",
+            "CallInDoubt",
+            "OutcomeRules",
+            "OutcomeUnknown",
+            "Resolution",
+            "StartedCall",
+            "UnknownOutcome",
+            "parse_result",
+            "resolution_entry",
+        ),
+        "steps.at_most_once",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"airflow_pydantic_ai.durable.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,389 @@
+"""At-most-once tool calls: the start of each is recorded before it runs, so a try cut off mid-call is known.
+
+A tool marked ``at_most_once()`` (its metadata) gets one small write before each live call: a ``started``
+entry under the call's own key (``started-{key}.json``: the tool, its arguments as the model sent them, the
+try and the time). When the call ends with an outcome, its tool entry is recorded as for any tool, and a
+retry replays that. When the tool raises an exception of its own, it ran to its end and said it failed: the
+mark is removed and a retry runs it again, as any tool. When the try is cut off while the call runs (the
+worker killed, OOM, a node drained, the run cancelled past its grace), the mark stays without a result, and a
+later try that reaches the same call does not run it again. It does what the task's ``on_unknown_outcome``
+says:
+
+- ``"ask"``: the run stops and a person is asked (the Airflow side does that: :class:`AskAboutOutcome`);
+  where nobody can be asked it behaves as ``"fail"`` and says why;
+- ``"fail"``: :class:`OutcomeUnknown`, naming the call, its arguments and how to resolve it;
+- ``"rerun"``: the call runs again, with a WARNING naming it.
+
+The answer is recorded once, as a ``resolution`` entry under the same key (:class:`Resolution`), bound to
+the start it answers (that try, that time): "it happened" with the result the model is given (replayed as
+the call's result from then on), "run it again" (the call runs live once more, with a new start mark), or
+"fail the task". A later start of the same call (after "run it again") that is cut off too is a new
+unknown, asked again. A tool without the mark pays nothing: no read, no write.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from airflow_pydantic_ai.durable.errors import DurableError
+from airflow_pydantic_ai.durable.steps.outcome import Returned, decode_outcome, encode_outcome
+from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.steps.owner import StepOwner
+    from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
+
+__all__ = [
+    "ANSWERS",
+    "UNKNOWN_OUTCOME_CHOICES",
+    "Answer",
+    "AskAboutOutcome",
+    "CallInDoubt",
+    "OutcomeRules",
+    "OutcomeUnknown",
+    "Resolution",
+    "StartedCall",
+    "UnknownOutcome",
+    "before_live_call",
+    "mark_start",
+    "parse_result",
+    "resolution_entry",
+    "unknown_outcome_error",
+]
+
+UnknownOutcome = Literal["ask", "fail", "rerun"]
+"""What a try does with an at-most-once call an earlier try started and never finished."""
+UNKNOWN_OUTCOME_CHOICES: tuple[UnknownOutcome, ...] = ("ask", "fail", "rerun")
+Answer = Literal["happened", "rerun", "fail"]
+"""A resolution: the call's side effect happened (with the result to give the model), run it again, fail."""
+ANSWERS: tuple[Answer, ...] = ("happened", "rerun", "fail")
+_STARTED: Final = "started"
+_RESOLUTION: Final = "resolution"
+
+
+def _utc(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@dataclass(frozen=True)
+class StartedCall:
+    """The payload of a ``started`` entry: which call started, in which try, when."""
+
+    tool: str
+    call_id: str | None
+    arguments: Any
+    """As the model sent them (a JSON string or a dict); shown to a person masked."""
+    attempt: int
+    started_at: float
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "call_id": self.call_id,
+            "arguments": self.arguments,
+            "attempt": self.attempt,
+            "started_at": self.started_at,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> StartedCall:
+        attempt, started_at = payload["attempt"], payload["started_at"]
+        if not isinstance(attempt, int) or not isinstance(started_at, (int, float)):
+            raise ValueError(f"a started mark needs an integer attempt and a time, got {attempt!r}, {started_at!r}")
+        call_id = payload.get("call_id")
+        return cls(
+            tool=str(payload["tool"]),
+            call_id=None if call_id is None else str(call_id),
+            arguments=payload.get("arguments"),
+            attempt=attempt,
+            started_at=float(started_at),
+        )
+
+    @property
+    def when(self) -> str:
+        return _utc(self.started_at)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What was decided about one start of a call whose outcome was unknown (the payload of a ``resolution``)."""
+
+    answer: Answer
+    attempt: int
+    """The try whose start this resolves (with :attr:`started_at`: a later start is not resolved by it)."""
+    started_at: float
+    result: dict[str, Any] | None = None
+    """For ``happened``: the result the model is given, as a tool entry's payload (``encode_outcome``)."""
+    answered_by: str | None = None
+    via: str = "a person"
+    """How it was answered: ``the Required Actions page``, ``airflow pydantic-ai cache resolve``..."""
+    answered_at: float | None = None
+
+    def resolves(self, started: StartedCall) -> bool:
+        return self.attempt == started.attempt and abs(self.started_at - started.started_at) < 1e-6
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "attempt": self.attempt,
+            "started_at": self.started_at,
+            "result": self.result,
+            "answered_by": self.answered_by,
+            "via": self.via,
+            "answered_at": self.answered_at,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> Resolution:
+        answer = payload["answer"]
+        if answer not in ANSWERS:
+            raise ValueError(f"unknown answer {answer!r} (expected one of {', '.join(ANSWERS)})")
+        result = payload.get("result")
+        if answer == "happened":
+            if not isinstance(result, dict):
+                raise ValueError("an answer 'happened' carries the result to give the model")
+            decode_outcome(result)  # a result that cannot be rebuilt is no answer
+        answered_by, answered_at = payload.get("answered_by"), payload.get("answered_at")
+        return cls(
+            answer=answer,
+            attempt=int(payload["attempt"]),
+            started_at=float(payload["started_at"]),
+            result=result if isinstance(result, dict) else None,
+            answered_by=None if answered_by is None else str(answered_by),
+            via=str(payload.get("via") or "a person"),
+            answered_at=float(answered_at) if isinstance(answered_at, (int, float)) else None,
+        )
+
+    @classmethod
+    def happened(cls, started: StartedCall, value: Any, **who: Any) -> Resolution:
+        """The side effect happened; ``value`` is what the model is told the call returned."""
+        return cls("happened", started.attempt, started.started_at, encode_outcome(Returned(value)), **who)
+
+    def describe(self) -> str:
+        words = {"happened": "it happened", "rerun": "run it again", "fail": "fail the task"}[self.answer]
+        who = self.answered_by or "someone"
+        return f"{who} answered '{words}' ({self.via})"
+
+
+def parse_result(text: str | None) -> Any:
+    """The result a person typed for "it happened": JSON when it parses as JSON, else the text itself."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+@dataclass(frozen=True)
+class CallInDoubt:
+    """An at-most-once call that an earlier try started and never finished, and what was decided about it."""
+
+    key: str
+    step: int
+    """The model step whose answer asked for the call."""
+    label: str
+    """How the log names the call (``step 4: tool charge_card (call c1)``)."""
+    started: StartedCall
+    resolution: Resolution | None = None
+    scope: dict[str, Any] | None = None
+    """The agent run the call belongs to (its entries' ``scope``)."""
+
+    @classmethod
+    def of_mark(cls, mark: StepEntry, resolution: Resolution | None = None) -> CallInDoubt:
+        """The call a ``started`` entry names (raises ``ValueError``/``KeyError`` when the mark is unreadable)."""
+        started = StartedCall.from_payload(mark.payload)
+        label = f"tool {started.tool} (call {started.call_id})" if started.call_id else f"tool {started.tool}"
+        resolved = resolution if resolution is not None and resolution.resolves(started) else None
+        return cls(mark.key, mark.step, label, started, resolved, mark.scope)
+
+    @property
+    def ref(self) -> str:
+        """A short name for the call, for people and commands (the start of its key)."""
+        return self.key[:10]
+
+    def describe(self) -> str:
+        return (
+            f"{self.label} was started by try {self.started.attempt} at {self.started.when} and never finished "
+            "(that try was cut off while it ran)"
+        )
+
+
+@dataclass(frozen=True)
+class OutcomeRules:
+    """How an attempt treats calls in doubt: the task's ``on_unknown_outcome``, whether a person can be asked,
+    and the command that records an answer (for the error message)."""
+
+    on_unknown: UnknownOutcome = "ask"
+    can_ask: bool = False
+    """True where the Airflow side asks a person (``AgentOperator``, ``@task.pydantic_ai``); False in a plain
+    ``@task`` with ``durable_attempt()``, tests and notebooks."""
+    resolve_command: str = ""
+    """``airflow pydantic-ai cache resolve DAG RUN TASK`` for this task instance (``--call`` and the answer follow)."""
+    why_no_person: str = "no person can be asked here (a plain @task with durable_attempt(), or outside Airflow)"
+
+
+class OutcomeUnknown(DurableError, RuntimeError):
+    """An at-most-once call was started by an earlier try and never finished, and this try may not run it again.
+
+    Raised where ``on_unknown_outcome`` is ``"fail"`` (or ``"ask"`` where nobody can be asked), or when the
+    recorded answer is "fail the task"; the message names the call and how to resolve it.
+    """
+
+    def __init__(self, message: str, *, call: CallInDoubt) -> None:
+        super().__init__(message)
+        self.call = call
+
+
+class AskAboutOutcome(DurableError):
+    """Internal signal: the run stops so that a person is asked what happened to :attr:`call` (the Airflow side
+    catches it, asks through human-in-the-loop, and records the answer as a :class:`Resolution`)."""
+
+    def __init__(self, call: CallInDoubt) -> None:
+        super().__init__(f"{call.describe()}; a person is asked what happened")
+        self.call = call
+
+
+def _doubt(run: StepOwner, step: ToolStep) -> CallInDoubt | None:
+    """The call in doubt at ``step`` (an earlier start with no result), with its resolution; None when there is none."""
+    assert step.key is not None
+    mark = run.entries.get(entry_name(_STARTED, step.key))
+    if mark is None:
+        return None
+    shown = step.shown()
+    try:
+        started = StartedCall.from_payload(mark.payload)
+    except Exception as error:  # a mark that cannot be read: the call cannot be proven started; say so
+        run.entry_unusable(mark, error, f"{shown} is treated as started by try {mark.attempt} with its outcome unknown")
+        started = StartedCall(step.tool_name, step.call_id, step.arguments, mark.attempt, mark.recorded_at or 0.0)
+    resolution = None
+    answer = run.entries.get(entry_name(_RESOLUTION, step.key))
+    if answer is not None:
+        try:
+            found = Resolution.from_payload(answer.payload)
+        except Exception as error:
+            run.entry_unusable(answer, error, f"the outcome of {shown} counts as unanswered")
+        else:
+            resolution = found if found.resolves(started) else None
+    return CallInDoubt(step.key, run.answer_number, shown, started, resolution, mark.scope)
+
+
+def _masked(arguments: Any, redact: Any) -> str:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str, ensure_ascii=False)
+    shown = redact(text) if redact is not None else text
+    text = str(shown)
+    return text if len(text) <= 500 else f"{text[:500]}... ({len(text) - 500} more characters)"
+
+
+def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: Any, why: str) -> OutcomeUnknown:
+    """The error that fails the task on a call in doubt: the call, its arguments (masked), how to resolve it."""
+    command = rules.resolve_command or "airflow pydantic-ai cache resolve DAG_ID RUN_ID TASK_ID"
+    ways = [
+        f"record what happened: {command} --call {doubt.ref} --happened --result '<JSON or text for the model>'",
+        f"or allow it to run again: {command} --call {doubt.ref} --rerun",
+    ]
+    if rules.can_ask:
+        ways.insert(0, "set on_unknown_outcome='ask' to be asked on the task's Required Actions page")
+    message = (
+        f"{doubt.describe()}: its outcome is unknown, so this try does not run it again ({why}). "
+        f"Arguments: {_masked(doubt.started.arguments, redact)}. To resolve it, "
+        + "; ".join(ways)
+        + " (then clear the task, or let its next retry run)"
+    )
+    return OutcomeUnknown(message, call=doubt)
+
+
+def before_live_call(run: StepOwner, step: ToolStep, rules: OutcomeRules, *, redact: Any = None) -> None:
+    """Before an at-most-once call runs live: settle an earlier start that never finished.
+
+    Returns with the call either replaying (``step.is_replay``: "it happened", with the result given) or to run
+    live, its start to be recorded right before it runs (``step.marks_start``: after the budget across tries
+    allowed it, :func:`mark_start`); raises :class:`OutcomeUnknown` or :class:`AskAboutOutcome` otherwise.
+    """
+    if step.key is None:
+        run.log.warning(
+            "Durable: %s is at most once, but it has no key (see the warning above), so its start cannot be "
+            "recorded: if this try is cut off while it runs, a retry runs it again",
+            step.shown(),
+        )
+        return
+    doubt = _doubt(run, step)
+    if doubt is not None and not _settle(run, step, doubt, rules, redact=redact):
+        return  # replays the answer's result
+    step.marks_start = True
+
+
+def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRules, *, redact: Any) -> bool:
+    """Apply the recorded answer or the policy to a call in doubt; True when the call is to run live."""
+    resolution = doubt.resolution
+    if resolution is not None:
+        if resolution.answer == "happened":
+            assert resolution.result is not None
+            step.load_resolution(resolution)
+            run.log.info("Durable: %s; %s: the result given replaces the call", doubt.describe(), resolution.describe())
+            return False
+        if resolution.answer == "rerun":
+            run.log.warning("Durable: %s; %s: it runs again", doubt.describe(), resolution.describe())
+            return True
+        raise unknown_outcome_error(doubt, rules, redact=redact, why=resolution.describe())
+    if rules.on_unknown == "rerun":
+        run.log.warning(
+            "Durable: %s: its outcome is unknown and it runs again (on_unknown_outcome='rerun'), so its side "
+            "effect may happen twice",
+            doubt.describe(),
+        )
+        return True
+    if rules.on_unknown == "ask" and rules.can_ask:
+        raise AskAboutOutcome(doubt)
+    why = (
+        "on_unknown_outcome='fail'"
+        if rules.on_unknown == "fail"
+        else f"on_unknown_outcome='ask', but {rules.why_no_person}"
+    )
+    raise unknown_outcome_error(doubt, rules, redact=redact, why=why)
+
+
+def mark_start(run: StepOwner, step: ToolStep) -> None:
+    """Record that ``step``'s call starts now (one write), right before it runs."""
+    assert step.key is not None
+    started = StartedCall(step.tool_name, step.call_id, step.arguments, run.attempt, time.time())
+    entry = StepEntry(
+        kind=_STARTED,
+        key=step.key,
+        step=run.answer_number,
+        attempt=run.attempt,
+        label=step.tool_name,
+        payload=started.to_payload(),
+        call_id=step.call_id,
+        role=_STARTED,
+        recorded_at=started.started_at,
+        scope=run.entry_scope,
+    )
+    if run.record(entry, f"the start of {step.shown()}"):
+        step.started_mark = entry.name
+        return
+    run.log.warning(
+        "Durable: the start of %s could not be recorded (see above): if this try is cut off while it runs, a "
+        "retry cannot tell and runs it again",
+        step.shown(),
+    )
+
+
+def resolution_entry(doubt: CallInDoubt, resolution: Resolution) -> StepEntry:
+    """The entry that records ``resolution`` of ``doubt`` (written by the Airflow side or a cache command)."""
+    return StepEntry(
+        kind=_RESOLUTION,
+        key=doubt.key,
+        step=doubt.step,
+        attempt=doubt.started.attempt,
+        label=doubt.started.tool,
+        payload=resolution.to_payload(),
+        call_id=doubt.started.call_id,
+        role=_RESOLUTION,
+        recorded_at=time.time(),
+        scope=doubt.scope,
+    )

@@ -1,0 +1,252 @@
+"""At-most-once tools (issue 29): a call cut off mid-run is never run again silently.
+
+A try "cut off" here is one whose tool raises a ``BaseException`` that is not an ``Exception`` (what a SIGKILL,
+an OOM kill or the end of the run's grace look like from the cache: a start mark and no result) and that dies
+there (``killed=True``: no ``ending``, nothing packed). The real SIGKILL trials are in ``tests/system``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.durable import DurableHarness
+
+from airflow_pydantic_ai import at_most_once
+from airflow_pydantic_ai.durable import run_agent
+from airflow_pydantic_ai.durable.read import CacheReader
+from airflow_pydantic_ai.durable.side_effects import (
+    AskAboutOutcome,
+    OutcomeRules,
+    OutcomeUnknown,
+    Resolution,
+)
+
+
+class CutOff(BaseException):
+    """The worker died while the tool ran (after its side effect)."""
+
+
+def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    returns = [part for message in messages for part in message.parts if isinstance(part, ToolReturnPart)]
+    if returns:
+        return ModelResponse(parts=[TextPart(f"done: {returns[-1].content}")])
+    return ModelResponse(parts=[ToolCallPart("charge_card", {"amount": 42}, tool_call_id="c1")])
+
+
+def _agent(charges: list[int], *, cut_off_on: set[int], marked: bool = True, fail_on: set[int] = frozenset()) -> Agent:
+    agent: Agent[Any, str] = Agent(FunctionModel(_model))
+
+    @agent.tool_plain(metadata=at_most_once() if marked else None)
+    def charge_card(amount: int) -> str:
+        charges.append(amount)
+        number = len(charges)
+        if number in fail_on:
+            raise ConnectionError("the bank said no")
+        if number in cut_off_on:
+            raise CutOff
+        return f"charged {amount} (charge {number})"
+
+    return agent
+
+
+def _cut_off_try(harness: DurableHarness, agent: Agent, **options: Any) -> None:
+    with pytest.raises(CutOff):
+        harness.run(agent, "charge it", killed=True, run_options=options)
+
+
+def test_a_call_cut_off_is_not_run_again_when_the_policy_says_fail(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    _cut_off_try(harness, agent)
+    rules = OutcomeRules(on_unknown="fail", resolve_command="airflow pydantic-ai cache resolve d r t")
+    with pytest.raises(OutcomeUnknown) as raised:
+        harness.run(agent, "charge it", run_options={"unknown_outcome": rules})
+    assert charges == [42]
+    message = str(raised.value)
+    assert "charge_card" in message and "try 1" in message and '"amount": 42' in message
+    assert "airflow pydantic-ai cache resolve d r t --call" in message and "--rerun" in message
+    assert raised.value.call.started.tool == "charge_card"
+
+
+def test_ask_where_nobody_can_be_asked_fails_and_says_why(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    _cut_off_try(harness, agent)
+    with pytest.raises(OutcomeUnknown, match="no person can be asked"):
+        harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="ask")})
+    assert charges == [42]
+
+
+def test_rerun_runs_it_again_with_a_warning(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    _cut_off_try(harness, agent)
+    result, _, log = harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="rerun")})
+    assert charges == [42, 42]
+    assert result.output == "done: charged 42 (charge 2)"
+    assert any("outcome is unknown and it runs again" in line and "charge_card" in line for line in log.at("warning"))
+
+
+def test_ask_stops_the_run_and_an_answer_it_happened_replays_the_result_given(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    _cut_off_try(harness, agent)
+    rules = OutcomeRules(on_unknown="ask", can_ask=True)
+    run, _ = harness.open(unknown_outcome=rules)
+    with pytest.raises(AskAboutOutcome) as asked, run.ending():
+        run_agent(run, agent, "charge it")
+    doubt = asked.value.call
+    assert doubt.started.attempt == 1 and doubt.started.arguments in ({"amount": 42}, '{"amount":42}')
+    # The Airflow side records the person's answer, as it does a decision.
+    run.resolve(doubt, Resolution.happened(doubt.started, "charged 42 (receipt r-1)", answered_by="ana"))
+    result, _, log = harness.run(agent, "charge it", run_options={"unknown_outcome": rules})
+    assert charges == [42]
+    assert result.output == "done: charged 42 (receipt r-1)"
+    assert any("ana answered 'it happened'" in line for line in log.at("info"))
+    # Asked once: later tries replay the answer too.
+    result, _, _ = harness.run(agent, "charge it", run_options={"unknown_outcome": rules})
+    assert charges == [42] and result.output == "done: charged 42 (receipt r-1)"
+
+
+def test_an_answer_run_it_again_runs_it_once_more_and_a_new_cut_off_is_a_new_question(
+    harness: DurableHarness,
+) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1, 2})
+    _cut_off_try(harness, agent)
+    rules = OutcomeRules(on_unknown="ask", can_ask=True)
+    run, _ = harness.open(unknown_outcome=rules)
+    with pytest.raises(AskAboutOutcome) as asked:
+        run_agent(run, agent, "charge it")
+    doubt = asked.value.call
+    run.resolve(doubt, Resolution("rerun", doubt.started.attempt, doubt.started.started_at, answered_by="ana"))
+    _cut_off_try(harness, agent, unknown_outcome=rules)  # the rerun is cut off as well
+    assert charges == [42, 42]
+    with pytest.raises(AskAboutOutcome) as again:
+        harness.run(agent, "charge it", run_options={"unknown_outcome": rules})
+    assert again.value.call.started.attempt == 3
+    assert charges == [42, 42]
+
+
+def test_an_answer_fail_fails_later_tries_without_asking(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    _cut_off_try(harness, agent)
+    rules = OutcomeRules(on_unknown="ask", can_ask=True)
+    run, _ = harness.open(unknown_outcome=rules)
+    with pytest.raises(AskAboutOutcome) as asked:
+        run_agent(run, agent, "charge it")
+    doubt = asked.value.call
+    run.resolve(doubt, Resolution("fail", doubt.started.attempt, doubt.started.started_at, answered_by="ana"))
+    with pytest.raises(OutcomeUnknown, match="ana answered 'fail the task'"):
+        harness.run(agent, "charge it", run_options={"unknown_outcome": rules})
+    assert charges == [42]
+
+
+def test_a_finished_call_replays_and_is_never_in_doubt(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on=set())
+    harness.run(agent, "charge it", killed=True)
+    assert sorted(path.name.split("-")[0] for path in harness.root.iterdir()) == ["model", "model", "started", "tool"]
+    result, _, _ = harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
+    assert charges == [42] and result.output == "done: charged 42 (charge 1)"
+
+
+def test_a_tool_that_raises_has_finished_and_runs_again(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on=set(), fail_on={1})
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "charge it", killed=True)
+    assert not [path for path in harness.root.iterdir() if path.name.startswith("started-")]
+    result, _, _ = harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
+    assert charges == [42, 42] and result.output == "done: charged 42 (charge 2)"
+
+
+def test_a_tool_without_the_mark_writes_nothing_new_and_runs_again(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1}, marked=False)
+    _cut_off_try(harness, agent)
+    assert sorted(path.name.split("-")[0] for path in harness.root.iterdir()) == ["model"]
+    result, _, _ = harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
+    assert charges == [42, 42] and result.output == "done: charged 42 (charge 2)"
+
+
+def test_the_start_mark_takes_no_step_number(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on=set())
+    _, _, log = harness.run(agent, "charge it", killed=True)
+    assert any("step 2: tool charge_card (call c1) ran live" in line for line in log.at("info"))
+    reader = CacheReader(harness.store())
+    assert [info.kind for info in reader.steps()] == ["model", "tool", "model"]
+    assert [entry.kind for entry in reader.companions()] == ["started"]
+
+
+@pytest.mark.parametrize("spelling", ["Tool", "FunctionToolset", "with_metadata"])
+def test_every_way_to_mark_a_tool_is_seen(harness: DurableHarness, spelling: str) -> None:
+    from pydantic_ai import Tool
+    from pydantic_ai.toolsets import FunctionToolset
+
+    charges: list[int] = []
+
+    def charge_card(amount: int) -> str:
+        charges.append(amount)
+        if len(charges) == 1:
+            raise CutOff
+        return "charged"
+
+    if spelling == "Tool":
+        toolset = FunctionToolset([Tool(charge_card, metadata=at_most_once())])
+    elif spelling == "FunctionToolset":
+        toolset = FunctionToolset([charge_card], metadata=at_most_once())
+    else:
+        toolset = FunctionToolset([charge_card]).with_metadata(**at_most_once())
+    agent: Agent[Any, str] = Agent(FunctionModel(_model), toolsets=[toolset])
+    _cut_off_try(harness, agent)
+    with pytest.raises(OutcomeUnknown):
+        harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
+    assert charges == [42]
+
+
+def test_a_retry_outcome_forgotten_with_its_answer_leaves_no_call_in_doubt(harness: DurableHarness) -> None:
+    from pydantic_ai import ModelRetry
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+    charges: list[int] = []
+
+    def until_charged(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [part for message in messages for part in message.parts if isinstance(part, ToolReturnPart)]
+        if returns and str(returns[-1].content) == "charged":
+            return ModelResponse(parts=[TextPart("done: charged")])
+        return ModelResponse(parts=[ToolCallPart("charge_card", {"amount": 42}, tool_call_id=f"c{len(messages)}")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(until_charged), retries=1)
+
+    @agent.tool_plain(metadata=at_most_once())
+    def charge_card(amount: int) -> str:
+        charges.append(amount)
+        if len(charges) <= 2:
+            raise ModelRetry("the bank is busy, try again")
+        return "charged"
+
+    with pytest.raises(UnexpectedModelBehavior):
+        harness.run(agent, "charge it")
+    assert CacheReader(harness.store()).companions() == []
+    result, _, _ = harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
+    assert result.output == "done: charged"
+
+
+def test_a_call_the_budget_refuses_leaves_no_start_mark(harness: DurableHarness) -> None:
+    from pydantic_ai.usage import UsageLimits
+
+    from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
+
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on=set())
+    with pytest.raises(RetryBudgetExceeded):
+        harness.run(agent, "charge it", run_options={"budget": UsageLimits(tool_calls_limit=0)})
+    assert charges == []
+    assert CacheReader(harness.store()).companions() == []
