@@ -234,6 +234,19 @@ def test_a_retry_outcome_forgotten_with_its_answer_leaves_no_call_in_doubt(harne
 
     with pytest.raises(UnexpectedModelBehavior):
         harness.run(agent, "charge it")
-    assert not [path for path in harness.root.rglob("started-*")]
+    assert CacheReader(harness.store()).companions() == []
     result, _, _ = harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
     assert result.output == "done: charged"
+
+
+def test_a_call_the_budget_refuses_leaves_no_start_mark(harness: DurableHarness) -> None:
+    from pydantic_ai.usage import UsageLimits
+
+    from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
+
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on=set())
+    with pytest.raises(RetryBudgetExceeded):
+        harness.run(agent, "charge it", run_options={"budget": UsageLimits(tool_calls_limit=0)})
+    assert charges == []
+    assert CacheReader(harness.store()).companions() == []

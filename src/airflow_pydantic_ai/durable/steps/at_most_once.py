@@ -49,6 +49,7 @@ __all__ = [
     "StartedCall",
     "UnknownOutcome",
     "before_live_call",
+    "mark_start",
     "parse_result",
     "resolution_entry",
     "unknown_outcome_error",
@@ -297,10 +298,11 @@ def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: An
 
 
 def before_live_call(run: StepOwner, step: ToolStep, rules: OutcomeRules, *, redact: Any = None) -> None:
-    """Before an at-most-once call runs live: settle an earlier start that never finished, then mark this start.
+    """Before an at-most-once call runs live: settle an earlier start that never finished.
 
-    Returns with the call either replaying (``step.is_replay``: "it happened", with the result given) or about
-    to run (its start recorded); raises :class:`OutcomeUnknown` or :class:`AskAboutOutcome` otherwise.
+    Returns with the call either replaying (``step.is_replay``: "it happened", with the result given) or to run
+    live, its start to be recorded right before it runs (``step.marks_start``: after the budget across tries
+    allowed it, :func:`mark_start`); raises :class:`OutcomeUnknown` or :class:`AskAboutOutcome` otherwise.
     """
     if step.key is None:
         run.log.warning(
@@ -312,7 +314,7 @@ def before_live_call(run: StepOwner, step: ToolStep, rules: OutcomeRules, *, red
     doubt = _doubt(run, step)
     if doubt is not None and not _settle(run, step, doubt, rules, redact=redact):
         return  # replays the answer's result
-    _mark_start(run, step)
+    step.marks_start = True
 
 
 def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRules, *, redact: Any) -> bool:
@@ -345,7 +347,8 @@ def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRu
     raise unknown_outcome_error(doubt, rules, redact=redact, why=why)
 
 
-def _mark_start(run: StepOwner, step: ToolStep) -> None:
+def mark_start(run: StepOwner, step: ToolStep) -> None:
+    """Record that ``step``'s call starts now (one write), right before it runs."""
     assert step.key is not None
     started = StartedCall(step.tool_name, step.call_id, step.arguments, run.attempt, time.time())
     entry = StepEntry(

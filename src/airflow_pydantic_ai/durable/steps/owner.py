@@ -117,6 +117,10 @@ class StepOwner(Protocol):
 
     def record_decision(self, entry: StepEntry, what: str) -> None: ...
 
+    def mark_start(self, step: Any) -> None:
+        """Record that an at-most-once call starts now (right before it runs)."""
+        ...
+
     def forget_mark(self, name: str) -> None:
         """An at-most-once call ended with an exception of its own: its start mark goes (a retry runs it again)."""
         ...

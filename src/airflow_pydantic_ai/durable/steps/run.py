@@ -40,6 +40,7 @@ from airflow_pydantic_ai.durable.steps.at_most_once import (
     OutcomeRules,
     Resolution,
     before_live_call,
+    mark_start,
     resolution_entry,
 )
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget
@@ -409,6 +410,10 @@ class DurableRun:
         """Before an at-most-once call runs live: settle an earlier start that never finished, then record this
         start (``at_most_once.py``); ``step`` may replay a person's answer instead, or this raises."""
         before_live_call(self, step, self.outcomes, redact=self.redact)
+
+    def mark_start(self, step: ToolStep) -> None:
+        """Record that an at-most-once call starts now (right before it runs, ``at_most_once.py``)."""
+        mark_start(self, step)
 
     def forget_mark(self, name: str) -> None:
         """An at-most-once call ended with an exception of its own: remove its start mark (a retry runs it again)."""

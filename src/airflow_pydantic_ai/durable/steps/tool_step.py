@@ -72,8 +72,10 @@ class ToolStep:
     """How the log named the call once it ran live (its number is taken once, not per line)."""
     arguments: Any = field(default=None, repr=False)
     """The arguments as the model sent them (what an at-most-once call's start mark shows a person)."""
+    marks_start: bool = False
+    """An at-most-once call about to run live: its start is recorded right before it runs (``at_most_once.py``)."""
     started_mark: str | None = None
-    """The entry that marks this at-most-once call as started (``at_most_once.py``), once written."""
+    """The entry that marks this at-most-once call as started, once written."""
     resolved_by: str | None = None
     """For a call whose outcome was unknown: who said it happened, and how (its result replays)."""
 
@@ -142,6 +144,8 @@ class ToolStep:
             return self.replay()
         if self.is_tool and self.run.budget is not None:  # issue 22: a budget across retries may refuse it
             self.run.budget.before_tool_call(self.shown())
+        if self.marks_start:  # issue 29: recorded last, right before the call, once nothing can refuse it
+            self.run.mark_start(self)
         if in_thread:
             return await self._recorded_even_if_cancelled(call())
         return await self._recorded(call(), validator_failure)
