@@ -3,8 +3,8 @@
 For a DAG author (also ``from airflow_pydantic_ai import ...``):
 
 - :func:`at_most_once`: tool metadata; a call cut off mid-run is never run again silently (``at_most_once.py``);
-- :func:`idempotency_key`: inside a tool, a key the same on every try for the same call (``idempotency.py``);
-- :func:`tool_checkpoint`: inside a tool, values saved at once and read back by the same call on a retry
+- ``idempotency_key()``: inside a tool, a key the same on every try for the same call (``idempotency.py``);
+- ``tool_checkpoint()``: inside a tool, values saved at once and read back by the same call on a retry
   (``checkpoint.py``).
 
 For the Airflow side (asking a person, the ``cache resolve`` command, the view): :class:`OutcomeRules`,

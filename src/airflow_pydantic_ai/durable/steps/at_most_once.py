@@ -114,7 +114,7 @@ class Resolution:
 
     answer: Answer
     attempt: int
-    """The try whose start this resolves (with :attr:`started_at`: a later start is not resolved by it)."""
+    """The try whose start this resolves (with ``started_at``: a later start is not resolved by it)."""
     started_at: float
     result: dict[str, Any] | None = None
     """For ``happened``: the result the model is given, as a tool entry's payload (``encode_outcome``)."""
@@ -240,7 +240,7 @@ class OutcomeUnknown(DurableError, RuntimeError):
 
 
 class AskAboutOutcome(DurableError):
-    """Internal signal: the run stops so that a person is asked what happened to :attr:`call` (the Airflow side
+    """Internal signal: the run stops so that a person is asked what happened to ``call`` (the Airflow side
     catches it, asks through human-in-the-loop, and records the answer as a :class:`Resolution`)."""
 
     def __init__(self, call: CallInDoubt) -> None:
