@@ -491,7 +491,7 @@ def serve() -> None:
     from pydantic_ai.models.function import FunctionModel  # noqa: F401
 
     import airflow_pydantic_ai.durable  # noqa: F401
-    import airflow_pydantic_ai.durable.side_effects  # noqa: F401
+    from airflow_pydantic_ai.durable.side_effects import AskAboutOutcome, OutcomeRules, at_most_once  # noqa: F401
 
     with contextlib.suppress(ImportError):  # the S3 jobs' client (no thread starts before its first request)
         import s3fs  # noqa: F401

@@ -236,4 +236,3 @@ def test_a_resumable_tool_killed_while_it_polls_reconnects_instead_of_submitting
     assert [line[2] for line in trial.lines("tool")] == ["2"]
     assert not second["warnings"], second["warnings"]
     trial.assert_cache_deleted()
-
