@@ -36,17 +36,19 @@ def idempotency_key(scope: str = "") -> str:
     The key is ``apai-`` followed by 32 hex digits (128 bits of a SHA-256): short, safe in a header, a URL or a
     file name, and nothing of what it was derived from can be read back from it.
 
-    Outside a durable attempt (a notebook, a test, an agent without ``DurableCapability``, a call that could not
-    be fingerprinted: its WARNING says so) the key is unique to the call, derived from pydantic-ai's run id and
-    the call's id: the same within the call, different on a retry. Called outside any tool call it is a fresh
-    random key, unique per invocation.
+    Outside a durable attempt (an agent with ``DurableCapability`` run in a notebook or a test, or a call that
+    could not be fingerprinted: its WARNING says so) the key is unique to the call, derived from pydantic-ai's
+    run id and the call's id: the same within the call, different on a retry. So is a live tool's
+    (``live_tool()``: it runs on every try by design, each try's call a new one). Where no tool call is known
+    (outside any tool, or in a tool of an agent without ``DurableCapability``) it is a fresh random key, unique
+    per invocation: ask once per side effect and keep it.
     """
     call = current_call()
     if call is None:
         return IDEMPOTENCY_KEY_PREFIX + uuid.uuid4().hex
     if call.key is not None and call.run is not None:
         return idempotency_key_of_call(call.run.task_instance, call.key, scope)
-    if call.run is not None:
+    if call.run is not None and not call.live:
         call.run.log.warning(
             "Durable: idempotency_key() in tool %s (call %s): the call has no key (see the warning above), so its "
             "idempotency key is not the same on a retry",

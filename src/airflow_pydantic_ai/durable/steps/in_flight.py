@@ -34,6 +34,8 @@ class CallInFlight:
     """The agent run's id (pydantic-ai's ``ctx.run_id``), for a call outside a durable attempt."""
     answer_number: int = 0
     """The model step whose answer asked for the call."""
+    live: bool = False
+    """A live tool's call (``live_tool()``): it runs on every try by design, so it has no key across tries."""
     checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
     """What ``tool_checkpoint().save`` saved during this call, by name, encoded (``checkpoint.py``): read back
     first, so that a value saved now wins over one an earlier try saved, stored or not."""
