@@ -218,7 +218,7 @@ def test_a_value_holding_a_secret_is_refused_and_never_stored(harness: DurableHa
         return "worked"
 
     masker = lambda text: text.replace("hunter2-token", "***")  # noqa: E731 (Airflow's secrets masker)
-    with pytest.raises(CheckpointRefused, match="registered as secret.*save a reference instead"):
+    with pytest.raises(CheckpointRefused, match=r"registered as secret.*save a reference instead"):
         harness.run(agent, "work", run_options={"redact": masker})
     assert not stored_entries(harness.root, "checkpoint-*")
     assert not any(b"hunter2" in data for data in stored_entries(harness.root).values())
