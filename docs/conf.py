@@ -63,4 +63,7 @@ nitpick_ignore_regex = [
     (r"py:class", r"airflow_pydantic_ai\.durable\.steps\.nesting\.(RunScope|AttemptFamily)"),
     # DurableCapability keeps one Responses chain per agent run (internal: architecture.rst).
     (r"py:class", r"airflow_pydantic_ai\.durable\.interception\.response_chain\.ResponseChain"),
+    # A ToolCheckpoint belongs to the tool call running now (internal: architecture.rst); AttemptOptions'
+    # on_unknown_outcome rules are the Airflow side's to fill in (docs/side_effects.rst tells users about them).
+    (r"py:class", r"airflow_pydantic_ai\.durable\.steps\.(in_flight\.CallInFlight|at_most_once\.OutcomeRules)"),
 ]
