@@ -61,9 +61,14 @@ nitpick_ignore_regex = [
     ),
     # DurableRun's fields name the attempt's internal rooms (documented in architecture.rst, not in the API).
     (r"py:class", r"airflow_pydantic_ai\.durable\.steps\.nesting\.(RunScope|AttemptFamily)"),
+    # The side-effects face documents these under airflow_pydantic_ai.durable.side_effects; type hints name
+    # their home module.
+    (
+        r"py:class",
+        r"airflow_pydantic_ai\.durable\.steps\.at_most_once\.(OutcomeRules|CallInDoubt|Resolution|StartedCall)",
+    ),
     # DurableCapability keeps one Responses chain per agent run (internal: architecture.rst).
     (r"py:class", r"airflow_pydantic_ai\.durable\.interception\.response_chain\.ResponseChain"),
-    # A ToolCheckpoint belongs to the tool call running now (internal: architecture.rst); AttemptOptions'
-    # on_unknown_outcome rules are the Airflow side's to fill in (docs/side_effects.rst tells users about them).
-    (r"py:class", r"airflow_pydantic_ai\.durable\.steps\.(in_flight\.CallInFlight|at_most_once\.OutcomeRules)"),
+    # A ToolCheckpoint belongs to the tool call running now (internal: architecture.rst).
+    (r"py:class", r"airflow_pydantic_ai\.durable\.steps\.in_flight\.CallInFlight"),
 ]

@@ -183,3 +183,70 @@ def test_the_start_mark_takes_no_step_number(harness: DurableHarness) -> None:
     reader = CacheReader(harness.store())
     assert [info.kind for info in reader.steps()] == ["model", "tool", "model"]
     assert [entry.kind for entry in reader.companions()] == ["started"]
+
+
+@pytest.mark.parametrize("spelling", ["Tool", "FunctionToolset", "with_metadata"])
+def test_every_way_to_mark_a_tool_is_seen(harness: DurableHarness, spelling: str) -> None:
+    from pydantic_ai import Tool
+    from pydantic_ai.toolsets import FunctionToolset
+
+    charges: list[int] = []
+
+    def charge_card(amount: int) -> str:
+        charges.append(amount)
+        if len(charges) == 1:
+            raise CutOff
+        return "charged"
+
+    if spelling == "Tool":
+        toolset = FunctionToolset([Tool(charge_card, metadata=at_most_once())])
+    elif spelling == "FunctionToolset":
+        toolset = FunctionToolset([charge_card], metadata=at_most_once())
+    else:
+        toolset = FunctionToolset([charge_card]).with_metadata(**at_most_once())
+    agent: Agent[Any, str] = Agent(FunctionModel(_model), toolsets=[toolset])
+    _cut_off_try(harness, agent)
+    with pytest.raises(OutcomeUnknown):
+        harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
+    assert charges == [42]
+
+
+def test_a_retry_outcome_forgotten_with_its_answer_leaves_no_call_in_doubt(harness: DurableHarness) -> None:
+    from pydantic_ai import ModelRetry
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+    charges: list[int] = []
+
+    def until_charged(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [part for message in messages for part in message.parts if isinstance(part, ToolReturnPart)]
+        if returns and str(returns[-1].content) == "charged":
+            return ModelResponse(parts=[TextPart("done: charged")])
+        return ModelResponse(parts=[ToolCallPart("charge_card", {"amount": 42}, tool_call_id=f"c{len(messages)}")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(until_charged), retries=1)
+
+    @agent.tool_plain(metadata=at_most_once())
+    def charge_card(amount: int) -> str:
+        charges.append(amount)
+        if len(charges) <= 2:
+            raise ModelRetry("the bank is busy, try again")
+        return "charged"
+
+    with pytest.raises(UnexpectedModelBehavior):
+        harness.run(agent, "charge it")
+    assert CacheReader(harness.store()).companions() == []
+    result, _, _ = harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
+    assert result.output == "done: charged"
+
+
+def test_a_call_the_budget_refuses_leaves_no_start_mark(harness: DurableHarness) -> None:
+    from pydantic_ai.usage import UsageLimits
+
+    from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
+
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on=set())
+    with pytest.raises(RetryBudgetExceeded):
+        harness.run(agent, "charge it", run_options={"budget": UsageLimits(tool_calls_limit=0)})
+    assert charges == []
+    assert CacheReader(harness.store()).companions() == []

@@ -30,6 +30,7 @@ from airflow_pydantic_ai.durable.interception.live_operations import name_live_o
 from airflow_pydantic_ai.durable.interception.model import CachingModel
 from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
 from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
+from airflow_pydantic_ai.durable.keys.run_ids import stable_conversation_id
 from airflow_pydantic_ai.durable.steps.nesting import current_place
 from airflow_pydantic_ai.durable.steps.run import DurableRun
 
@@ -58,6 +59,16 @@ class DurableCapability(AbstractCapability[Any]):
         # Innermost: closest to the real model and tools, so other capabilities' wrappers see replays
         # exactly as they would see live answers.
         return CapabilityOrdering(position="innermost")
+
+    def get_default_run_id(self) -> str | None:
+        # The same run_id on every try of the task instance (pydantic-ai asks before for_run; an explicit
+        # run_id= wins and this is not asked).
+        place = current_place()
+        return None if place is None else place.run.stable_run_id(place)
+
+    def get_default_conversation_id(self, run_id: str) -> str | None:
+        # Used only by a run that inherits none from its history (an approval's continuation inherits it).
+        return None if current_place() is None else stable_conversation_id(run_id)
 
     async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
         if self.run is not None:
