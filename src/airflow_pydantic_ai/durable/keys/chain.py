@@ -238,7 +238,8 @@ def idempotency_key_of_call(task_instance: Sequence[Any], call_key: str, scope: 
     return IDEMPOTENCY_KEY_PREFIX + digest(_IDEMPOTENCY_KEY, identity, call_key, scope)[:32]
 
 
-def idempotency_key_of_run(run_id: str, call_id: str, tool_name: str, scope: str) -> str:
-    """The idempotency key of a call outside a durable attempt: pydantic-ai's run id (a fresh UUID per agent
-    run), the call's id and name, and ``scope``: the same within the call, different in every other run."""
-    return IDEMPOTENCY_KEY_PREFIX + digest(_UNBOUND_IDEMPOTENCY_KEY, run_id, call_id, tool_name, scope)[:32]
+def idempotency_key_of_run(run_id: str, call_id: str, tool_name: str, scope: str, *, within: str = "") -> str:
+    """The idempotency key of a call that has no step key: pydantic-ai's run id, the call's id and name, ``scope``,
+    and ``within`` (in a durable attempt, whose run ids are the same on every try: the try and the model step
+    whose answer asked for the call, since a model may reuse call ids from one answer to the next)."""
+    return IDEMPOTENCY_KEY_PREFIX + digest(_UNBOUND_IDEMPOTENCY_KEY, run_id, call_id, tool_name, scope, within)[:32]

@@ -36,12 +36,13 @@ def idempotency_key(scope: str = "") -> str:
     The key is ``apai-`` followed by 32 hex digits (128 bits of a SHA-256): short, safe in a header, a URL or a
     file name, and nothing of what it was derived from can be read back from it.
 
-    Outside a durable attempt (an agent with ``DurableCapability`` run in a notebook or a test, or a call that
-    could not be fingerprinted: its WARNING says so) the key is unique to the call, derived from pydantic-ai's
-    run id and the call's id: the same within the call, different on a retry. So is a live tool's
-    (``live_tool()``: it runs on every try by design, each try's call a new one). Where no tool call is known
-    (outside any tool, or in a tool of an agent without ``DurableCapability``) it is a fresh random key, unique
-    per invocation: ask once per side effect and keep it.
+    Outside a durable attempt (an agent with ``DurableCapability`` run in a notebook or a test) the key is unique
+    to the call, derived from pydantic-ai's run id and the call's id: the same within the call, another in every
+    other run. A live tool's call (``live_tool()``: it runs on every try by design, each try's call a new one)
+    and a call that could not be fingerprinted (its WARNING says so) have no step key: their key is unique to
+    the call in this try, another on a retry. Where no tool call is known (outside any tool, or in a tool of an
+    agent without ``DurableCapability``) it is a fresh random key, unique per invocation: ask once per side
+    effect and keep it.
     """
     call = current_call()
     if call is None:
@@ -57,4 +58,6 @@ def idempotency_key(scope: str = "") -> str:
         )
     if call.run_id is None and call.call_id is None:
         return IDEMPOTENCY_KEY_PREFIX + uuid.uuid4().hex
-    return idempotency_key_of_run(call.run_id or "", call.call_id or "", call.tool_name, scope)
+    # In an attempt the run id is the same on every try: the try and the answer keep each call's key its own.
+    within = "" if call.run is None else f"try {call.run.attempt}, answer {call.answer_number}"
+    return idempotency_key_of_run(call.run_id or "", call.call_id or "", call.tool_name, scope, within=within)
