@@ -69,4 +69,6 @@ nitpick_ignore_regex = [
     ),
     # DurableCapability keeps one Responses chain per agent run (internal: architecture.rst).
     (r"py:class", r"airflow_pydantic_ai\.durable\.interception\.response_chain\.ResponseChain"),
+    # A ToolCheckpoint belongs to the tool call running now (internal: architecture.rst).
+    (r"py:class", r"airflow_pydantic_ai\.durable\.steps\.in_flight\.CallInFlight"),
 ]

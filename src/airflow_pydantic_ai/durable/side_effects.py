@@ -3,9 +3,9 @@
 For a DAG author (also ``from airflow_pydantic_ai import ...``):
 
 - :func:`at_most_once`: tool metadata; a call cut off mid-run is never run again silently (``at_most_once.py``);
-- ``idempotency_key()``: inside a tool, a key the same on every try for the same call (``idempotency.py``);
-- ``tool_checkpoint()``: inside a tool, values saved at once and read back by the same call on a retry
-  (``checkpoint.py``).
+- :func:`idempotency_key`: inside a tool, a key the same on every try for the same call (``idempotency.py``);
+- :func:`tool_checkpoint`: inside a tool, values saved at once and read back by the same call on a retry
+  (``checkpoint.py``: :class:`ToolCheckpoint`, and :class:`CheckpointRefused` for a value it cannot keep).
 
 For the Airflow side (asking a person, the ``cache resolve`` command, the view): :class:`OutcomeRules`,
 :class:`CallInDoubt`, :class:`Resolution`, :class:`AskAboutOutcome` and :class:`OutcomeUnknown`.
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
         parse_result,
         resolution_entry,
     )
+    from airflow_pydantic_ai.durable.steps.checkpoint import CheckpointRefused, ToolCheckpoint, tool_checkpoint
+    from airflow_pydantic_ai.durable.steps.idempotency import idempotency_key
 
 __all__ = [
     "ANSWERS",
@@ -42,18 +44,24 @@ __all__ = [
     "Answer",
     "AskAboutOutcome",
     "CallInDoubt",
+    "CheckpointRefused",
     "OutcomeRules",
     "OutcomeUnknown",
     "Resolution",
     "StartedCall",
+    "ToolCheckpoint",
     "UnknownOutcome",
     "at_most_once",
+    "idempotency_key",
     "parse_result",
     "resolution_entry",
+    "tool_checkpoint",
 ]
 
 _HOMES = {
     "at_most_once": "interception.toolset",
+    "idempotency_key": "steps.idempotency",
+    **dict.fromkeys(("CheckpointRefused", "ToolCheckpoint", "tool_checkpoint"), "steps.checkpoint"),
     **dict.fromkeys(
         (
             "ANSWERS",

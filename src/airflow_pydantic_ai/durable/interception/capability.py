@@ -42,7 +42,8 @@ class DurableCapability(AbstractCapability[Any]):
     """Records and replays the model requests and tool calls of every run of an agent inside a durable attempt.
 
     Put it on any agent (``capabilities=[DurableCapability()]``), or pass it to one run: inside a durable
-    attempt the run is recorded and replayed like the operator's own run, outside one it is inert. Every
+    attempt the run is recorded and replayed like the operator's own run, outside one it records nothing (its
+    tools' calls are only made known to ``idempotency_key()`` and ``tool_checkpoint()``). Every
     tool source (``toolsets=``, ``@agent.tool``, toolset capabilities, MCP servers, dynamic toolsets) is
     covered without toolset ids, and output functions (``output_type=`` a function, ``ToolOutput(fn)``,
     ``TextOutput(fn)``) are recorded and replayed like tools; an output validator that fails after the
@@ -102,8 +103,12 @@ class DurableCapability(AbstractCapability[Any]):
         return CachingModel(model, self.run, self.chain)
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
-        if self.run is None or isinstance(toolset, CachingToolset):
+        if isinstance(toolset, CachingToolset):
             return None
+        if self.run is None:
+            # Outside a durable attempt: a pass-through that only makes each call known to idempotency_key() and
+            # tool_checkpoint(). Inside one, a capability left unbound (a second one on a bound run) stays inert.
+            return CachingToolset(wrapped=toolset) if current_place() is None else None
         return CachingToolset(wrapped=toolset, run=self.run)
 
     async def wrap_output_process(

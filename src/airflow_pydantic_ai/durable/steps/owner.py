@@ -66,6 +66,16 @@ class StepOwner(Protocol):
         """The number ``entry`` has (or would have, written now) in the cache's listing (``numbering.py``)."""
         ...
 
+    @property
+    def task_instance(self) -> list[Any]:
+        """The task instance this attempt belongs to, as its entries store it (dag, run, task, map index, and a
+        loop's region and index); the cache's location when the store was opened without one."""
+        ...
+
+    def holds_secret(self, payload: Any) -> bool:
+        """Whether ``payload`` holds a value registered as secret (what the writer refuses to store)."""
+        ...
+
     # --- the verbs -------------------------------------------------------------------------------
 
     def step_replayed(

@@ -319,6 +319,17 @@ class DurableRun:
         """The number of this agent run's model step whose answer the calls running now belong to."""
         return self.keys.model_steps
 
+    @property
+    def task_instance(self) -> list[Any]:
+        """The task instance this attempt belongs to, as its entries store it (the store's owner: dag, run, task,
+        map index, and a loop's region and index); the cache's location when the store has no owner."""
+        owner = self.store.owner
+        return list(owner) if owner is not None else [self.store.location]
+
+    def holds_secret(self, payload: Any) -> bool:
+        """Whether ``payload`` holds a value registered as secret: the writer would not store it."""
+        return self.writer.contains_secret(payload)
+
     # --- the verbs steps report through (``owner.py``): the one place that decides which rooms they touch ---
 
     @property
