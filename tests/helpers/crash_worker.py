@@ -200,10 +200,8 @@ class _PartialWriter:
         return self._handle.write(data)
 
 
-class _TornFileSystem:
-    """A local filesystem without atomic rename: entries are written in place, and can be torn."""
-
-    protocol = "torn-local"  # not "file": StepStore then writes with pipe_file, as on object stores
+class _WrappedFileSystem:
+    """A filesystem that passes every call on to ``real`` but those it defines, which may stop at kill points."""
 
     def __init__(self, real: Any, points: _KillPoints):
         self._real = real
@@ -211,6 +209,12 @@ class _TornFileSystem:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+class _TornFileSystem(_WrappedFileSystem):
+    """A local filesystem without atomic rename: entries are written in place, and can be torn."""
+
+    protocol = "torn-local"  # not "file": StepStore then writes with pipe_file, as on object stores
 
     def rm(self, paths: Any, **kwargs: Any) -> None:
         """Delete files; like an object store, a folder left empty is gone with its last file."""
@@ -233,15 +237,8 @@ class _TornFileSystem:
             handle.write(data)
 
 
-class _KillingObjectStore:
+class _KillingObjectStore(_WrappedFileSystem):
     """An object store (S3) whose PUTs of entries are kill points: before the request is sent, after it returned."""
-
-    def __init__(self, real: Any, points: _KillPoints):
-        self._real = real
-        self._points = points
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
 
     def pipe_file(self, path: str, data: bytes, **kwargs: Any) -> Any:
         self._points.before_entry(path)
@@ -262,15 +259,8 @@ def _s3_filesystem(endpoint_url: str) -> Any:
     )
 
 
-class _CountedDeletes:
+class _CountedDeletes(_WrappedFileSystem):
     """A filesystem whose ``rm_file`` calls are kill points (``delete:N``: after the N-th deletion)."""
-
-    def __init__(self, real: Any, points: _KillPoints):
-        self._real = real
-        self._points = points
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
 
     def rm_file(self, path: str, **kwargs: Any) -> None:
         # Counted whether or not the file was still there: two tries removing the same singles race, and

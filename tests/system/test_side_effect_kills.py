@@ -187,7 +187,7 @@ def test_an_at_most_once_call_killed_at_each_point(trial: Trial, point: str, pol
         assert any("ana answered 'it happened' (the kill trials): the result given" in line for line in third["infos"])
         assert f"Durable: {CALL} replayed as ana answered 'it happened' (the kill trials)" in third["infos"]
         assert not third["warnings"], third["warnings"]
-    if does != "fails" and does != "asks":
+    if does != "fails":  # a try that failed leaves the cache (packed) for the next one
         trial.assert_cache_deleted()
 
 
