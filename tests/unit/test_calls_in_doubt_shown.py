@@ -70,7 +70,9 @@ def test_an_answer_that_cannot_be_read_counts_as_none_and_says_so(three_calls: D
     three_calls.store().put(StepEntry("resolution", card.call.key, 1, 1, "charge_card", broken, role="resolution"))
 
     assert _states(three_calls)["charge_card"] == "unfinished"
-    [card] = [call for call in marked_calls(CacheReader(three_calls.store())) if call.call.started.tool == "charge_card"]
+    [card] = [
+        call for call in marked_calls(CacheReader(three_calls.store())) if call.call.started.tool == "charge_card"
+    ]
     assert "its answer cannot be read (unknown answer 'maybe'" in card.problem
 
 

@@ -205,7 +205,9 @@ def _calls_in_doubt(calls: list[ShownCall]) -> str:
     """Each call a try started and never finished: unanswered ones as a warning with the command that resolves them,
     answered ones plainly with the answer."""
     # The unanswered first: a person has to act on them.
-    doubts = sorted((shown for shown in calls if shown.call.in_doubt), key=lambda shown: shown.call.state != "unfinished")
+    doubts = sorted(
+        (shown for shown in calls if shown.call.in_doubt), key=lambda shown: shown.call.state != "unfinished"
+    )
     if not doubts:
         return ""
     cards = []

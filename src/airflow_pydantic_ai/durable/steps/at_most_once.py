@@ -23,6 +23,7 @@ unknown, asked again. A tool without the mark pays nothing: no read, no write.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
@@ -279,10 +280,8 @@ def masked(arguments: Any, redact: Any) -> str:
     its key as well as any value registered as a secret."""
     value = arguments
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):  # not JSON: masked as the text it is
             value = json.loads(value)
-        except ValueError:
-            pass
     if redact is not None:
         value = redact(value)
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
