@@ -24,6 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -316,7 +317,9 @@ def doubt_run(site: Site) -> str:
         fail_marker.unlink()
     harness = DurableHarness(base=str(site.root / "cache"), identity=TaskIdentity(DAG_ID, run_id, TASK_ID))
     harness.attempt = 1  # the task's own try 1 failed; these are tries 2 to 4
-    write_three_calls(harness)
+    # On a thread of its own: playwright's sync API (the browser fixture) keeps an event loop running on this one.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(write_three_calls, harness).result()
     return run_id
 
 
