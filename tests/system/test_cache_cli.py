@@ -522,3 +522,39 @@ def test_the_task_log_and_cache_show_give_each_step_the_same_number(
     for number, kind, name, happened in logged:
         if happened != "failed":
             assert listed[int(number)] == (kind, name)
+
+
+def test_show_names_the_calls_in_doubt_and_how_to_resolve_them(tmp_path: Path) -> None:
+    """Issue 29, part 6, through the real CLI: a cache written by real attempts with an at_most_once() call in each
+    state (tests/helpers/calls_in_doubt.py)."""
+    from tests.helpers.calls_in_doubt import API_KEY, RECEIPT, write_three_calls
+    from tests.helpers.durable import RUN_ID, DurableHarness
+
+    harness = DurableHarness(base=str(tmp_path / "cache"))
+    write_three_calls(harness)
+    env = {"AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{harness.base}"}
+    cli = Scenario(backend="file", base_url=env["AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH"], env=env, fs=None, root="")
+
+    table = cli.cli("show", "dag", RUN_ID, "task")
+    rows = cli.cli("show", "dag", RUN_ID, "task", "--calls", "-o", "json")
+    steps = cli.cli("show", "dag", RUN_ID, "task", "-o", "json")
+
+    assert table.code == 0, table.stderr
+    section = table.stdout.split("Calls in doubt (2):", 1)[1]
+    assert "tool charge_card  call c2: started by try 1 at " in section
+    assert "cut off; ana answered 'it happened' (the Required Actions page)" in section
+    assert f"result given: {RECEIPT}" in section
+    assert "tool send_invoice  call c3: outcome unknown: started by try 3 at " in section
+    invoice = rows.json()[2]
+    command = (
+        f"{'airflow pydantic-ai' if CLI == AIRFLOW_BIN else 'airflow-pydantic-ai'} cache resolve dag {RUN_ID} task"
+    )
+    assert f"resolve: {command} --call {invoice['ref']} --happened --result" in section
+    assert "reserve_seat" not in section and API_KEY not in table.stdout + rows.stdout
+    assert [(row["tool"], row["state"]) for row in rows.json()] == [
+        ("reserve_seat", "finished"),
+        ("charge_card", "resolved"),
+        ("send_invoice", "unfinished"),
+    ]
+    assert [row["step"] for row in steps.json()] == [1, 2, 3, 4]
+    assert "2 calls in doubt (started, cut off): add --calls to list them" in steps.stderr

@@ -24,6 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +297,64 @@ def test_delete_cache_then_a_real_retry_runs_every_step_live(site: Site, browser
     retry_and_wait(site, run_id)
     assert site.summaries(run_id, 2) == [(0, 0, 0, 7, 4, 3)]
     assert site.calls()[calls_before:] == [("fetch_ticket", 2), ("lookup_owner", 2), ("notify_team", 2)]
+
+
+@pytest.fixture(scope="module")
+def doubt_run(site: Site) -> str:
+    """A failed run whose cache also holds an at_most_once() call in each state (``tests/helpers/calls_in_doubt.py``),
+    written by further attempts on the task instance's own cache after its try 1 failed."""
+    from tests.helpers.calls_in_doubt import write_three_calls
+    from tests.helpers.durable import DurableHarness
+
+    from airflow_pydantic_ai.durable import TaskIdentity
+
+    fail_marker = site.root / "fail-notify"
+    fail_marker.write_text("the chat API is down")
+    try:
+        run_id = site.cluster.trigger(DAG_ID)
+        assert site.cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT) == "failed", site.cluster.tails()
+    finally:
+        fail_marker.unlink()
+    harness = DurableHarness(base=str(site.root / "cache"), identity=TaskIdentity(DAG_ID, run_id, TASK_ID))
+    harness.attempt = 1  # the task's own try 1 failed; these are tries 2 to 4
+    # On a thread of its own: playwright's sync API (the browser fixture) keeps an event loop running on this one.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(write_three_calls, harness).result()
+    return run_id
+
+
+def test_the_view_lists_the_calls_in_doubt_above_the_steps(site: Site, doubt_run: str) -> None:
+    from tests.helpers.calls_in_doubt import API_KEY
+
+    admin = site.cluster.user_token(*USERS["admin"])
+    status, page = site.http("GET", f"/pydantic-ai/cache/?{site.view_query(doubt_run)}", token=admin)
+
+    assert status == 200, page[:500]
+    calls, steps = page.split('<section class="calls">', 1)[1].split("<h2>Steps (", 1)
+    assert "Calls in doubt (2)" in calls
+    assert '<div class="call warning"' in calls and "tool send_invoice" in calls
+    assert "Outcome unknown: started by try 4 at " in calls and "cache resolve" in calls
+    assert '<div class="call resolved"' in calls and "ana answered &#x27;it happened&#x27;" in calls
+    assert API_KEY not in page and "reserve_seat" not in calls and "at most once</span>" in steps
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(bool(_no_browser()), reason=_no_browser() or "-")
+def test_the_calls_in_doubt_in_the_browser(site: Site, browser: Any, doubt_run: str) -> None:
+    page = log_in(browser, site, "admin")
+    frame = open_cache_tab(page, site, doubt_run)
+
+    warning = frame.locator("div.call.warning")
+    assert warning.count() == 1 and "Outcome unknown: started by try 4" in warning.inner_text()
+    assert "never finished" in warning.inner_text() and "--rerun" in warning.locator("pre.command").inner_text()
+    resolved = frame.locator("div.call.resolved")
+    assert resolved.count() == 1 and "ana answered 'it happened'" in resolved.inner_text()
+    # Styled apart: the unanswered one as a warning, the answered one as a plain panel.
+    colours = [card.evaluate("node => getComputedStyle(node).backgroundColor") for card in (warning, resolved)]
+    assert colours[0] != colours[1], colours
+    assert "at most once" in frame.locator("table.steps").inner_text()
+    shoot(page, "cache-view-calls-in-doubt.png")
+    page.context.close()
 
 
 # --- the endpoints themselves, without a browser -------------------------------------------------

@@ -42,6 +42,7 @@ def _args(**overrides: object) -> argparse.Namespace:
         "step": None,
         "full": False,
         "raw": False,
+        "calls": False,
         "output": "json",
     }
     values.update(overrides)

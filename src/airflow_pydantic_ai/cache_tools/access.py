@@ -1,6 +1,7 @@
 """Open one task instance's durable cache from its ids, outside the task (UI view, CLI commands).
 
-The one way both the view and ``airflow pydantic-ai cache show|rm`` open a cache and render a step. The
+The one way both the view and ``airflow pydantic-ai cache show|rm`` open a cache, render a step and list the
+calls in doubt (``at_most_once()`` calls a try started and never finished) with the command that resolves one. The
 store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durable_task.lifecycle`): the configured
 ``[pydantic_ai] durable_cache_path``, the Fernet cipher when ``durable_encrypt`` is on, the storage
 timeout. So both read what the task wrote, with the same step numbering.
@@ -14,6 +15,7 @@ A task given its own ``durable_cache_path=`` argument writes elsewhere; that pla
 
 from __future__ import annotations
 
+import datetime as dt
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,12 +24,29 @@ from typing import Any
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable import StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.errors import NoSuchIteration, OutsideCacheBase
-from airflow_pydantic_ai.durable.read import CacheReader, CacheSummary, StepDetail, StepInfo, list_caches
+from airflow_pydantic_ai.durable.read import (
+    CacheReader,
+    CacheSummary,
+    MarkedCall,
+    StepDetail,
+    StepInfo,
+    list_caches,
+    marked_calls,
+)
 
-__all__ = ["STEP_LIMIT", "CacheAccess", "NoSuchIteration", "OutsideCacheBase", "loop_caches", "open_cache"]
+__all__ = [
+    "STEP_LIMIT",
+    "CacheAccess",
+    "NoSuchIteration",
+    "OutsideCacheBase",
+    "ShownCall",
+    "loop_caches",
+    "open_cache",
+]
 
 STEP_LIMIT = 4096
 """Characters of a decoded step shown unless the whole step is asked for."""
+_RESULT_PLACEHOLDER = "'<JSON or text for the model>'"
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,56 @@ class CacheAccess:
             rest = f"{len(text) - limit} more characters not shown"
             text = f"{text[:limit]}\n... ({rest}{'; ' + see_all if see_all else ''})"
         return detail.info, text
+
+    def calls(self) -> list[ShownCall]:
+        """The ``at_most_once()`` calls that left a start mark, oldest first (unfinished, resolved or finished),
+        as people see them: arguments and result masked, with the command that resolves an unfinished one."""
+        shown = []
+        for call in marked_calls(self.reader):
+            command = ""
+            if call.state == "unfinished":
+                from airflow_pydantic_ai.durable_task.lifecycle import cache_resolve_command
+
+                command = (
+                    f"{cache_resolve_command(self.identity)} --call {call.ref} --happened --result "
+                    f"{_RESULT_PLACEHOLDER} | --rerun"
+                )
+            shown.append(ShownCall(call, call.arguments(_compat.redact), call.result(_compat.redact), command))
+        return shown
+
+
+@dataclass(frozen=True)
+class ShownCall:
+    """An ``at_most_once()`` call as ``cache show`` and the view show it."""
+
+    call: MarkedCall
+    arguments: str
+    """As the model sent them, secrets masked, cut at 500 characters."""
+    result: str | None
+    """For an answer "it happened": the result the model is given, masked and cut."""
+    resolve: str
+    """For an unfinished call: the command that answers about it (it happened, or run it again); "" otherwise."""
+
+    def as_row(self) -> dict[str, Any]:
+        """The call as a flat dict (``cache show --calls``, also as JSON or YAML)."""
+        call = self.call.call
+        started, answer = call.started, call.resolution
+        return {
+            "ref": call.ref,
+            "tool": started.tool,
+            "call_id": started.call_id or "",
+            "state": self.call.state,
+            "attempt": started.attempt,
+            "started_at": dt.datetime.fromtimestamp(started.started_at, tz=dt.UTC).isoformat(),
+            "arguments": self.arguments,
+            "answer": answer.answer if answer is not None else "",
+            "answered_by": (answer.answered_by or "") if answer is not None else "",
+            "via": answer.via if answer is not None else "",
+            "result": self.result or "",
+            "checkpoints": ", ".join(self.call.checkpoints),
+            "problem": self.call.problem,
+            "resolve": self.resolve,
+        }
 
 
 def loop_caches(base: Any, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[CacheSummary]:

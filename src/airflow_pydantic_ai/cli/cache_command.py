@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_pydantic_ai.cache_tools import task_states
-from airflow_pydantic_ai.cache_tools.access import STEP_LIMIT, CacheAccess
+from airflow_pydantic_ai.cache_tools.access import STEP_LIMIT, CacheAccess, ShownCall
 from airflow_pydantic_ai.cli.mistakes import _UserError
 from airflow_pydantic_ai.durable import TaskIdentity
 from airflow_pydantic_ai.durable.read import CacheSummary, list_caches
@@ -267,15 +267,30 @@ def cache_show(args: Any) -> None:
     """The steps of one task instance's cache, or one step decoded."""
     with _user_errors():
         access = _open(_identity(args))
+        if args.calls:
+            if args.step is not None:
+                raise _UserError("--calls lists the at_most_once() calls; --step shows one step: give one of them")
+            print(f"Cache at {access.location}", file=sys.stderr)
+            _print_rows([call.as_row() for call in access.calls()], args.output)
+            return
         if args.step is None:
             print(f"Cache at {access.location}", file=sys.stderr)  # stdout stays the table or document
             _print_latest_try(access)
             steps = access.reader.steps()
             _print_rows([step.as_row() for step in steps], args.output)
-            if args.output not in ("json", "yaml") and steps:  # issue 22: what a retry replays, and saves
+            doubts = [shown for shown in access.calls() if shown.call.in_doubt]
+            if args.output in ("json", "yaml"):
+                if doubts:  # the document stays the steps' rows; say where the calls are
+                    print(
+                        f"{_plural(len(doubts), 'call')} in doubt (started, cut off): add --calls to list them",
+                        file=sys.stderr,
+                    )
+                return
+            if steps:  # issue 22: what a retry replays, and saves
                 from airflow_pydantic_ai.durable.read import replay_total
 
                 print(replay_total([(step.kind, step.cost) for step in steps]))
+            _print_calls_in_doubt(doubts)
             return
         try:
             info, text = access.render_step(
@@ -295,6 +310,24 @@ def cache_show(args: Any) -> None:
             print(f"This entry cannot be shown: {info.problem}")
             return
         print(text)
+
+
+def _print_calls_in_doubt(doubts: list[ShownCall]) -> None:
+    """After the steps: each at_most_once() call a try started and never finished, and how to resolve it."""
+    if not doubts:
+        return
+    print(f"\nCalls in doubt ({len(doubts)}):")
+    for shown in doubts:
+        call = shown.call
+        started = call.call.started
+        print(f"  {call.ref}  tool {started.tool}  call {started.call_id or '-'}: {call.describe()}")
+        print(f"      arguments: {shown.arguments}")
+        if shown.result is not None:
+            print(f"      result given: {shown.result}")
+        if call.problem:
+            print(f"      note: {call.problem}")
+        if shown.resolve:
+            print(f"      resolve: {shown.resolve}")
 
 
 # --- rm ------------------------------------------------------------------------------------------

@@ -65,6 +65,14 @@ ARG_RAW = Arg(
     action="store_true",
     help='With --step: print the recorded value as stored (the cache\'s tagged form, {"type": ..., "value": ...})',
 )
+ARG_CALLS = Arg(
+    ("--calls",),
+    action="store_true",
+    help=(
+        "List the at_most_once() tool calls instead of the steps: each start, its try and time, and whether it "
+        "finished, was cut off (its outcome unknown) or was answered since (-o json for scripts)"
+    ),
+)
 ARG_FROM_STEP = Arg(
     ("--from-step",),
     type=_positive,
@@ -122,6 +130,7 @@ CACHE_COMMANDS = (
             ARG_STEP,
             ARG_FULL,
             ARG_RAW,
+            ARG_CALLS,
             ARG_OUTPUT,
         ),
     ),

@@ -3,7 +3,8 @@ find, read, price and copy a task instance's cache, without opening an attempt.
 
 Also the XCom key and schema version of a durable try's report (the pytest plugin reads it; ``durable_task/report.py``
 pushes it). The names are imported on first use, and none of the read side's own imports pydantic-ai
-(``airflow pydantic-ai cache list`` stays light). The engine's main face,
+(``airflow pydantic-ai cache list`` stays light); :func:`marked_calls` loads it only for a cache that holds the
+start mark of an ``at_most_once()`` call, to read the answers about it as a retry does. The engine's main face,
 ``airflow_pydantic_ai.durable``, is for running attempts; the errors are in ``durable/errors.py``.
 """
 
@@ -13,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.steps.marked_calls import MarkedCall, marked_calls
     from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
     from airflow_pydantic_ai.durable.storage.entry import StepEntry
@@ -29,6 +31,7 @@ __all__ = [
     "AttemptRecord",
     "CacheReader",
     "CacheSummary",
+    "MarkedCall",
     "StepCost",
     "StepDetail",
     "StepEntry",
@@ -38,6 +41,7 @@ __all__ = [
     "is_shortened",
     "latest_attempt",
     "list_caches",
+    "marked_calls",
     "parse_place",
     "plural",
     "read_fixture",
@@ -51,6 +55,7 @@ _HOMES = {
     "AttemptRecord": "storage.notes",
     "CacheReader": "storage.reader",
     "CacheSummary": "storage.catalog",
+    "MarkedCall": "steps.marked_calls",
     "StepCost": "storage.step_costs",
     "StepDetail": "storage.reader",
     "StepEntry": "storage.entry",
@@ -60,6 +65,7 @@ _HOMES = {
     "is_shortened": "storage.identity",
     "latest_attempt": "storage.notes",
     "list_caches": "storage.catalog",
+    "marked_calls": "steps.marked_calls",
     "parse_place": "storage.identity",
     "plural": "wording",
     "read_fixture": "storage.fixtures",

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable_task.modes import ModeSettings
 
 __all__ = [
+    "cache_resolve_command",
     "cache_rm_command",
     "delete_cache_after_success",
     "durable_attempt",
@@ -41,7 +42,17 @@ __all__ = [
 
 def cache_rm_command(identity: TaskIdentity) -> str:
     """The command that deletes ``identity``'s cache, ready to paste into a shell."""
-    words = [*_compat.cli_command_prefix(), "cache", "rm", identity.dag_id, identity.run_id, identity.task_id]
+    return _cache_command("rm", identity)
+
+
+def cache_resolve_command(identity: TaskIdentity) -> str:
+    """The command that records what happened to a call in doubt in ``identity``'s cache (``--call REF`` and the
+    answer follow), ready to paste into a shell."""
+    return _cache_command("resolve", identity)
+
+
+def _cache_command(verb: str, identity: TaskIdentity) -> str:
+    words = [*_compat.cli_command_prefix(), "cache", verb, identity.dag_id, identity.run_id, identity.task_id]
     if identity.map_index != -1:
         words += ["--map-index", str(identity.map_index)]
     if identity.region is not None and identity.region.iteration is not None:

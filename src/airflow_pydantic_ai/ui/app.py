@@ -271,6 +271,7 @@ def create_app() -> FastAPI:
             location=access.location,
             exists=bool(steps),
             steps=steps,
+            calls=access.calls(),
             latest=latest_attempt(access.store),
             running=is_active(row.state),
             notice=_notice(done),

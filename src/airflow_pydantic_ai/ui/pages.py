@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from html import escape
 from urllib.parse import urlencode
 
+from airflow_pydantic_ai.cache_tools.access import ShownCall
 from airflow_pydantic_ai.durable.read import AttemptRecord, StepCost, StepInfo, format_usd, replay_total
 
 __all__ = [
@@ -76,6 +77,9 @@ class ViewData:
     shown_content: str = ""
     shown_raw: bool = False
     """The shown step is in its stored form (the codec's tagged values), not as plain values."""
+    calls: list[ShownCall] = field(default_factory=list)
+    """The ``at_most_once()`` calls that left a start mark: unfinished and resolved ones are listed above the steps,
+    a finished one marks its tool row."""
     running: bool = False
     """The task instance is active (:data:`~airflow_pydantic_ai.cache_tools.task_states.ACTIVE_STATES`): no deleting."""
     notice: str = ""
@@ -165,6 +169,7 @@ def view_page(data: ViewData, static: str) -> str:
     if not data.exists:
         parts.append('<p class="empty">Nothing recorded for this task instance.</p>')
         return _page("Durable cache", "".join(parts), _static(task))
+    parts.append(_calls_in_doubt(data.calls))
     parts.append(_steps_table(data))
     if data.shown_step is not None:
         parts.append(_step_detail(data, data.shown_step))
@@ -196,16 +201,62 @@ def _step_detail(data: ViewData, step: StepInfo) -> str:
     )
 
 
+def _calls_in_doubt(calls: list[ShownCall]) -> str:
+    """Each call a try started and never finished: unanswered ones as a warning with the command that resolves them,
+    answered ones plainly with the answer."""
+    # The unanswered first: a person has to act on them.
+    doubts = sorted(
+        (shown for shown in calls if shown.call.in_doubt), key=lambda shown: shown.call.state != "unfinished"
+    )
+    if not doubts:
+        return ""
+    cards = []
+    for shown in doubts:
+        call = shown.call
+        started = call.call.started
+        lines = [
+            f'<p class="call-name"><strong>tool {escape(started.tool)}</strong> call '
+            f"<code>{escape(started.call_id or '-')}</code> "
+            f'<span class="muted">ref <code>{escape(call.ref)}</code></span></p>',
+            f'<p class="call-state">{escape(_sentence(call.describe()))}</p>',
+            f"<p>Arguments: <code>{escape(shown.arguments)}</code></p>",
+        ]
+        if shown.result is not None:
+            lines.append(f"<p>Result given to the model: <code>{escape(shown.result)}</code></p>")
+        if call.checkpoints:
+            lines.append(f'<p class="muted">Checkpoints saved: {escape(", ".join(call.checkpoints))}</p>')
+        if call.problem:
+            lines.append(f'<p class="muted">{escape(_sentence(call.problem))}</p>')
+        if shown.resolve:
+            lines.append(
+                "<p>To say what happened (then clear the task, or let its next retry run):</p>"
+                f'<pre class="command">{escape(shown.resolve)}</pre>'
+            )
+        css = "call warning" if call.state == "unfinished" else "call resolved"
+        cards.append(f'<div class="{css}" id="call-{escape(call.ref)}">{"".join(lines)}</div>')
+    return f'<section class="calls"><h2>Calls in doubt ({len(doubts)})</h2>{"".join(cards)}</section>'
+
+
+def _sentence(text: str) -> str:
+    return f"{text[:1].upper()}{text[1:]}."
+
+
 def _steps_table(data: ViewData) -> str:
     task = data.task
+    finished = {shown.call.tool_entry_name: shown.call for shown in data.calls if not shown.call.in_doubt}
     rows = []
     for step in data.steps:
         show = f'<a href="{escape(task.url(step=step.number))}#step-{step.number}">Show</a>'
         problem = f' title="{escape(step.problem)}"' if step.problem else ""
         selected = ' class="selected"' if data.shown_step is not None and data.shown_step.number == step.number else ""
+        marked = finished.get(step.entry_name)
+        once = (
+            f" <span class='once' title='{escape(marked.describe())}'>at most once</span>" if marked is not None else ""
+        )
         rows.append(
             f"<tr{selected}><td class='num'>{step.number}</td><td><span class='kind kind-{escape(step.kind)}'{problem}>"
-            f"{escape(step.kind)}</span></td><td>{escape(step.shown_name)}</td><td><code>{escape(step.call_id or '')}"
+            f"{escape(step.kind)}</span>{once}</td><td>{escape(step.shown_name)}</td>"
+            f"<td><code>{escape(step.call_id or '')}"
             f"</code></td><td class='num'>{step.attempt if step.attempt is not None else ''}</td>"
             f"<td>{escape(_time(step.recorded_at))}</td><td class='num'>{escape(_size(step.size))}</td>"
             f"<td class='num'>{_tokens(step.cost)}</td><td class='num'>{_cost(step.cost)}</td>"

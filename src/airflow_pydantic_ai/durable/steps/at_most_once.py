@@ -23,6 +23,7 @@ unknown, asked again. A tool without the mark pays nothing: no read, no write.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
@@ -50,6 +51,7 @@ __all__ = [
     "UnknownOutcome",
     "before_live_call",
     "mark_start",
+    "masked",
     "parse_result",
     "resolution_entry",
     "unknown_outcome_error",
@@ -272,10 +274,18 @@ def _doubt(run: StepOwner, step: ToolStep) -> CallInDoubt | None:
     return CallInDoubt(step.key, run.answer_number, shown, started, resolution, mark.scope)
 
 
-def _masked(arguments: Any, redact: Any) -> str:
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str, ensure_ascii=False)
-    shown = redact(text) if redact is not None else text
-    text = str(shown)
+def masked(arguments: Any, redact: Any) -> str:
+    """A call's arguments (or the result given for it) as a person is shown them: JSON text, masked by ``redact``,
+    cut at 500 characters. JSON text is masked as the value it holds, so that ``{"api_key": ...}`` is masked by
+    its key as well as any value registered as a secret."""
+    value = arguments
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):  # not JSON: masked as the text it is
+            value = json.loads(value)
+    if redact is not None:
+        value = redact(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    text = str(redact(text)) if redact is not None else text
     return text if len(text) <= 500 else f"{text[:500]}... ({len(text) - 500} more characters)"
 
 
@@ -290,7 +300,7 @@ def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: An
         ways.insert(0, "set on_unknown_outcome='ask' to be asked on the task's Required Actions page")
     message = (
         f"{doubt.describe()}: its outcome is unknown, so this try does not run it again ({why}). "
-        f"Arguments: {_masked(doubt.started.arguments, redact)}. To resolve it, "
+        f"Arguments: {masked(doubt.started.arguments, redact)}. To resolve it, "
         + "; ".join(ways)
         + " (then clear the task, or let its next retry run)"
     )
