@@ -15,6 +15,7 @@ run applies when it reaches the call again.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -257,7 +258,9 @@ def _waiting_where(settings: ApprovalSettings, *, at_timeout: str) -> str:
         if parks_for_input()
         else "deferred to the triggerer (no worker slot)"
     )
-    return where + (f"; after {settings.timeout} without an answer the task will {at_timeout}" if settings.timeout else "")
+    return where + (
+        f"; after {settings.timeout} without an answer the task will {at_timeout}" if settings.timeout else ""
+    )
 
 
 def ask_about_outcome(
@@ -326,11 +329,20 @@ def ask_about_outcome(
 
 
 def _doubt_again(run: DurableRun, asked: dict[str, Any]) -> CallInDoubt | None:
-    """The call in doubt asked about, rebuilt from its start mark in the cache; None when the mark is gone."""
-    for entry in run.entries.values():
-        if entry.kind == "started" and entry.key == asked.get("key"):
-            return CallInDoubt.of_mark(entry)
-    return None
+    """The call in doubt asked about, rebuilt from its start mark in the cache, with an answer recorded meanwhile
+    (``cache resolve``); None when the mark is gone or unreadable."""
+    found = {entry.kind: entry for entry in run.entries.values() if entry.key == asked.get("key")}
+    mark, answer = found.get("started"), found.get("resolution")
+    if mark is None:
+        return None
+    resolution = None
+    if answer is not None:
+        with contextlib.suppress(KeyError, TypeError, ValueError):  # the engine says so when it reaches the call
+            resolution = Resolution.from_payload(answer.payload)
+    try:
+        return CallInDoubt.of_mark(mark, resolution)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _record_outcome(run: DurableRun, resume: Resume, asked: dict[str, Any], *, log: Any) -> None:
@@ -338,11 +350,16 @@ def _record_outcome(run: DurableRun, resume: Resume, asked: dict[str, Any], *, l
     the run then asks again)."""
     ref, tool = str(asked.get("ref")), str(asked.get("tool"))
     answer = read_outcome_answer(resume.event, ref, request_is_current=outcome_field(ref) in resume.shown_refs)
-    log.info("Unknown outcome: resumed with an answer from %s about %s (ref %s)", answer.answered_by or "nobody", tool, ref)
+    log.info(
+        "Unknown outcome: resumed with an answer from %s about %s (ref %s)", answer.answered_by or "nobody", tool, ref
+    )
     for warning in answer.warnings:
         log.warning("Unknown outcome: %s", warning)
     doubt = _doubt_again(run, asked)
-    if doubt is None or (doubt.started.attempt, doubt.started.started_at) != (asked.get("attempt"), asked.get("started_at")):
+    if doubt is None or (doubt.started.attempt, doubt.started.started_at) != (
+        asked.get("attempt"),
+        asked.get("started_at"),
+    ):
         log.warning(
             "Unknown outcome: the start of %s (ref %s) that was asked about is no longer in the cache (deleted or "
             "replaced meanwhile); the answer is not recorded, and the call is treated as the cache now says",
@@ -350,11 +367,18 @@ def _record_outcome(run: DurableRun, resume: Resume, asked: dict[str, Any], *, l
             ref,
         )
         return
+    if answer.answer is None and doubt.resolution is not None:
+        log.info(
+            "Unknown outcome: %s (ref %s): %s meanwhile; it applies", doubt.label, ref, doubt.resolution.describe()
+        )
+        return
     if answer.timed_out:
         rules = replace(run.outcomes, can_ask=False)  # asking is over: the error names the other ways
         raise unknown_outcome_error(doubt, rules, redact=_compat.redact, why=f"{answer.timed_out}, so the task fails")
     if answer.answer is None:
-        log.warning("Unknown outcome: the answer does not say what happened to %s (ref %s); it is asked again", tool, ref)
+        log.warning(
+            "Unknown outcome: the answer does not say what happened to %s (ref %s); it is asked again", tool, ref
+        )
         return
     who: dict[str, Any] = {"answered_by": answer.answered_by, "via": ANSWERED_VIA, "answered_at": time.time()}
     if answer.answer == "happened":

@@ -48,8 +48,10 @@ def _standard_provider() -> Any:
             "human-in-the-loop support from apache-airflow-providers-standard (Airflow 3.1+), which is not installed"
         ) from error
     if not version_compat.AIRFLOW_V_3_1_PLUS:  # pragma: no cover - this package needs 3.1
-        raise RuntimeError("asking a person (tool calls that need approval, calls whose outcome is unknown) needs Airflow 3.1 or later "
-            "(human-in-the-loop)")
+        raise RuntimeError(
+            "asking a person (tool calls that need approval, calls whose outcome is unknown) needs Airflow 3.1 or "
+            "later (human-in-the-loop)"
+        )
     return version_compat
 
 

@@ -1,9 +1,9 @@
 """Every ``[pydantic_ai]`` option a durable task reads, read and checked here, once: where the cache lives
 (``durable_cache_path``, checked and opened as a :class:`CacheBase`), ``durable_storage_errors``,
 ``durable_storage_timeout``, ``durable_encrypt``, ``durable_budget_across_tries``, ``durable_mode``,
-``durable_on_unknown_outcome`` and ``on_clear``. :class:`DurableSettings` is the one frozen value a try starts from. The ``ObjectStoragePath`` is
-built at execution time (a path that names a connection looks it up in its constructor); every
-misconfiguration fails here, before any model call, with a message naming the option to fix.
+``durable_on_unknown_outcome`` and ``on_clear``. :class:`DurableSettings` is the one frozen value a try starts from.
+The ``ObjectStoragePath`` is built at execution time (a path that names a connection looks it up in its
+constructor); every misconfiguration fails here, before any model call, with a message naming the option to fix.
 """
 
 from __future__ import annotations
