@@ -23,6 +23,7 @@ unknown, asked again. A tool without the mark pays nothing: no read, no write.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
@@ -272,9 +273,14 @@ def _doubt(run: StepOwner, step: ToolStep) -> CallInDoubt | None:
 
 
 def _masked(arguments: Any, redact: Any) -> str:
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str, ensure_ascii=False)
-    shown = redact(text) if redact is not None else text
-    text = str(shown)
+    """The arguments as one line, masked: parsed first, so that values under sensitive keys (``api_key``) are
+    masked as well as registered secrets (a masker reads keys only in a mapping)."""
+    value = arguments
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):  # not JSON: masked as the text the model sent
+            value = json.loads(value)
+    shown = redact(value) if redact is not None else value
+    text = shown if isinstance(shown, str) else json.dumps(shown, default=str, ensure_ascii=False)
     return text if len(text) <= 500 else f"{text[:500]}... ({len(text) - 500} more characters)"
 
 
