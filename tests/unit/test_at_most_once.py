@@ -209,3 +209,19 @@ def test_every_way_to_mark_a_tool_is_seen(harness: DurableHarness, spelling: str
     with pytest.raises(OutcomeUnknown):
         harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
     assert charges == [42]
+
+
+def test_the_error_masks_values_under_sensitive_keys_of_the_arguments() -> None:
+    from airflow_pydantic_ai.durable.side_effects import CallInDoubt, StartedCall, unknown_outcome_error
+
+    def redact(value: Any) -> Any:
+        return (
+            {key: "***" if key == "api_key" else item for key, item in value.items()}
+            if isinstance(value, dict)
+            else value
+        )
+
+    for arguments in ({"amount": 42, "api_key": "sk-1"}, '{"amount": 42, "api_key": "sk-1"}'):
+        doubt = CallInDoubt("k" * 64, 1, "tool charge_card", StartedCall("charge_card", "c1", arguments, 1, 0.0))
+        message = str(unknown_outcome_error(doubt, OutcomeRules(on_unknown="fail"), redact=redact, why="test"))
+        assert '"amount": 42' in message and "sk-1" not in message and '"api_key": "***"' in message
