@@ -47,9 +47,7 @@ def api(tmp_path_factory: pytest.TempPathFactory, airflow_db: None) -> HitlApi:
 
 
 def _cashier(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    returns = [
-        part for message in messages if isinstance(message, ModelRequest) for part in message.parts
-    ]
+    returns = [part for message in messages if isinstance(message, ModelRequest) for part in message.parts]
     results = [part for part in returns if isinstance(part, ToolReturnPart)]
     if results:
         MODEL_SAW.append(json.dumps(results[-1].content, default=str))
