@@ -83,10 +83,14 @@ def _cut_off_dag(dag_id: str) -> Any:
     return dag
 
 
+def _command() -> list[str]:
+    """``airflow pydantic-ai``, or the console script on Airflow 3.1 (which does not read providers' cli entry)."""
+    return [str(AIRFLOW_BIN), "pydantic-ai"] if airflow_reads_provider_cli() else [str(CONSOLE_SCRIPT)]
+
+
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    script, prefix = (AIRFLOW_BIN, ["pydantic-ai"]) if airflow_reads_provider_cli() else (CONSOLE_SCRIPT, [])
     return subprocess.run(
-        [str(script), *prefix, "cache", "resolve", *args],
+        [*_command(), "cache", "resolve", *args],
         capture_output=True,
         text=True,
         timeout=180,
@@ -119,6 +123,16 @@ def test_resolve_rerun_from_the_cli_then_clear_runs_the_call_again(
     assert "tool charge_card (call charge-1) was started by try 1" in unknown.stderr
     no_answer = _cli(encrypted_cache, *ids, "--call", "charge-1")
     assert no_answer.returncode == 1 and "--happened [--result JSON_OR_TEXT]" in no_answer.stderr
+
+    show = subprocess.run(
+        [*_command(), "cache", "show", *ids],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **encrypted_cache},
+    )
+    assert show.returncode == 0, show.stderr
+    assert f"ref {command.rsplit(' ', 1)[1]}: tool charge_card (call charge-1) was started by try 1" in show.stderr
 
     resolved = _cli(encrypted_cache, *ids, "--call", command.rsplit(" ", 1)[1], "--rerun")
     assert resolved.returncode == 0, resolved.stderr

@@ -185,6 +185,19 @@ def _print_latest_try(access: CacheAccess) -> None:
         print(f"How it ended: {latest.ending.describe()}", file=sys.stderr)
 
 
+def _print_calls_in_doubt(access: CacheAccess) -> None:
+    """The at_most_once() calls a try started and never finished, with their refs for ``cache resolve`` (stderr)."""
+    from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt
+
+    doubts = calls_in_doubt(access.reader)
+    if not doubts:
+        return
+    print(f"Calls whose outcome is unknown ({len(doubts)}; answer with cache resolve ... --call REF):", file=sys.stderr)
+    for doubt in doubts:
+        answer = doubt.resolution.describe() if doubt.resolution is not None else "not answered"
+        print(f"  ref {doubt.ref}: {doubt.describe()}; {answer}", file=sys.stderr)
+
+
 def _confirm(what: str, yes: bool) -> None:
     """Ask before deleting ``what`` ("the whole cache (3 steps, 1234 bytes) at ..."), unless ``--yes``."""
     if yes:
@@ -276,6 +289,7 @@ def cache_show(args: Any) -> None:
                 from airflow_pydantic_ai.durable.read import replay_total
 
                 print(replay_total([(step.kind, step.cost) for step in steps]))
+            _print_calls_in_doubt(access)
             return
         try:
             info, text = access.render_step(

@@ -42,7 +42,7 @@ def _listing(doubts: list[Any]) -> str:
     lines = []
     for doubt in doubts:
         state = doubt.resolution.describe() if doubt.resolution is not None else "not answered"
-        lines.append(f"  --call {doubt.ref}: {doubt.describe()}; {state}")
+        lines.append(f"  ref {doubt.ref}: {doubt.describe()}; {state}")
     return "\n".join(lines)
 
 
