@@ -57,6 +57,7 @@ nitpick_ignore_regex = [
         r"DurableRun|Collection|AgentRunResult|WaitingForDecisions|(airflow_pydantic_ai\.durable\.(steps\.)?writer\.)?TryOutlook|"
         r"(airflow_pydantic_ai\.durable\.(storage\.)?identity\.)?Region|RetryDecision|RetryPolicy|"
         r"(airflow_pydantic_ai\.durable\.steps\.replay_policy\.)?ReplayPolicy|"
+        r"(airflow_pydantic_ai\.durable\.steps\.at_most_once\.)?OutcomeRules|"
         r"(airflow_pydantic_ai\.durable\.steps\.budget\.)?RetryBudget|(airflow_pydantic_ai\.durable\.storage\.step_costs\.)?StepCost)",
     ),
     # DurableRun's fields name the attempt's internal rooms (documented in architecture.rst, not in the API).
