@@ -51,6 +51,30 @@ def _user_name(user: Any) -> str | None:
     return None
 
 
+_NOT_A_MAPPING = "the answer is not a mapping ({}); it is ignored"
+
+
+def _wait_timed_out(event: Mapping[str, Any]) -> str | None:
+    """What Airflow said when the wait timed out with no default answer; None when it did not time out.
+
+    :raises RuntimeError: The wait failed for another reason.
+    """
+    if "error" not in event:
+        return None
+    if event.get("error_type") == "timeout":
+        return str(event.get("error"))
+    raise RuntimeError(f"the wait for an answer failed: {event.get('error')}")
+
+
+def _fields(event: Mapping[str, Any], warnings: list[str]) -> Mapping[str, Any]:
+    """The answer's form fields (``params_input``); none, with a warning, when they are not a mapping."""
+    params = event.get("params_input") or {}
+    if isinstance(params, Mapping):
+        return params
+    warnings.append(f"the answer's fields are {type(params).__name__}, not a mapping; they are ignored")
+    return {}
+
+
 def read_answer(
     event: Any,
     pending: Sequence[PendingCall],
@@ -69,27 +93,23 @@ def read_answer(
     """
     answer = Answer()
     if not isinstance(event, Mapping):
-        answer.warnings.append(f"the answer is not a mapping ({type(event).__name__}); it is ignored")
+        answer.warnings.append(_NOT_A_MAPPING.format(type(event).__name__))
         return answer
-    if "error" in event:
-        if event.get("error_type") == "timeout":
-            raise ApprovalTimedOut(
-                f"nobody approved or rejected the pending tool calls in time ({event.get('error')}); "
-                "on_approval_timeout='fail' fails the task. Set on_approval_timeout='reject' to reject them and "
-                "go on, or a longer approval_timeout."
-            )
-        raise RuntimeError(f"the wait for approval failed: {event.get('error')}")
+    timeout = _wait_timed_out(event)
+    if timeout is not None:
+        raise ApprovalTimedOut(
+            f"nobody approved or rejected the pending tool calls in time ({timeout}); "
+            "on_approval_timeout='fail' fails the task. Set on_approval_timeout='reject' to reject them and "
+            "go on, or a longer approval_timeout."
+        )
     timed_out = bool(event.get("timedout"))
     who = None if timed_out else _user_name(event.get("responded_by_user"))
     answer.answered_by = who
     chosen = event.get("chosen_options")
-    params = event.get("params_input") or {}
     if not isinstance(chosen, list) or len(chosen) != 1 or not isinstance(chosen[0], str):
         answer.warnings.append(f"the answer chose {chosen!r}, not one option; it is ignored")
         return answer
-    if not isinstance(params, Mapping):
-        answer.warnings.append(f"the answer's fields are {type(params).__name__}, not a mapping; they are ignored")
-        params = {}
+    params = _fields(event, answer.warnings)
     option = chosen[0]
     reason = params.get(REASON_FIELD)
     reason = str(reason).strip() if isinstance(reason, (str, int, float)) and str(reason).strip() else None
@@ -158,21 +178,14 @@ def read_outcome_answer(event: Any, ref: str, *, request_is_current: bool) -> Ou
     """
     answer = OutcomeAnswer()
     if not isinstance(event, Mapping):
-        answer.warnings.append(f"the answer is not a mapping ({type(event).__name__}); it is ignored")
+        answer.warnings.append(_NOT_A_MAPPING.format(type(event).__name__))
         return answer
-    if "error" in event:
-        if event.get("error_type") == "timeout":
-            answer.timed_out = f"nobody answered within the approval_timeout ({event.get('error')})"
-            return answer
-        raise RuntimeError(f"the wait for an answer failed: {event.get('error')}")
-    if event.get("timedout"):  # a default answer: this question has none, so nobody answered
-        answer.timed_out = "nobody answered within the approval_timeout"
+    timeout = _wait_timed_out(event)
+    if timeout is not None or event.get("timedout"):  # "timedout": a default answer, and this question has none
+        answer.timed_out = "nobody answered within the approval_timeout" + (f" ({timeout})" if timeout else "")
         return answer
     answer.answered_by = _user_name(event.get("responded_by_user"))
-    params = event.get("params_input") or {}
-    if not isinstance(params, Mapping):
-        answer.warnings.append(f"the answer's fields are {type(params).__name__}, not a mapping; they are ignored")
-        params = {}
+    params = _fields(event, answer.warnings)
     text = params.get(RESULT_FIELD)
     answer.result = str(text) if isinstance(text, (str, int, float, bool)) and str(text).strip() else None
     own = params.get(outcome_field(ref))
