@@ -21,6 +21,8 @@ def calls_in_doubt(reader: CacheReader, *, warn: Callable[[str], Any] = lambda m
     """The calls in doubt of the cache ``reader`` reads, oldest start first; an unreadable mark or answer is
     reported to ``warn`` (the mark left out, the answer counted as none)."""
     companions = reader.companions()
+    if not any(entry.kind == "started" for entry in companions):
+        return []  # no at_most_once() call ever started here: the steps need not be read
     finished = {entry.key for entry in reader.entries() if entry.kind == "tool"}
     answers = {entry.key: entry for entry in companions if entry.kind == "resolution"}
     found: list[CallInDoubt] = []
