@@ -73,6 +73,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--backends", default="file,s3", help="file, s3 or both (default file,s3)")
     parser.add_argument("--no-info-run", action="store_true", help="skip the run with INFO logging on")
+    parser.add_argument(
+        "--at-most-once",
+        action="store_true",
+        help="mark the tool at_most_once() in every cell (a start mark written before each live call)",
+    )
     parser.add_argument("--profile", action="store_true", help="also cProfile the target cell (file://) and print it")
     parser.add_argument(
         "--side-by-side",
@@ -195,8 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    workloads = [Workload(steps, size) for steps in args.steps for size in args.sizes]
-    workloads += [Workload(steps, size, parallel=4) for steps in args.parallel_steps for size in args.sizes]
+    marked = args.at_most_once
+    workloads = [Workload(steps, size, at_most_once=marked) for steps in args.steps for size in args.sizes]
+    workloads += [
+        Workload(steps, size, parallel=4, at_most_once=marked) for steps in args.parallel_steps for size in args.sizes
+    ]
     progress(
         f"durable benchmark: {len(workloads)} workloads x {args.backends}, "
         f"{env['cpus']} CPUs, load average {env['load_average'][0]:.2f}"
@@ -234,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 tag=f"n{workload.steps}-s{workload.size}-p{workload.parallel}",
                 progress=progress,
             )
-        target_workload = Workload(max(args.steps), max(args.sizes))
+        target_workload = Workload(max(args.steps), max(args.sizes), at_most_once=marked)
         local = next((backend for backend in backends if backend.name == "file"), None)
         if not args.no_info_run and local is not None:
             progress(f"INFO logging run: {target_workload}")

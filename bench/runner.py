@@ -97,6 +97,7 @@ class CellResult:
             "steps": self.workload.steps,
             "size": self.workload.size,
             "parallel": self.workload.parallel,
+            "at_most_once": self.workload.at_most_once,
             "reps": len(self.repetitions),
             "plain_wall": plain,
             "record_wall": record,
@@ -184,7 +185,8 @@ def run_durable(
     assert isinstance(result, AgentRunResult), result
     fingerprint_record = list(probe.steps)
     write_requests = backend.write_requests(store)
-    entries = workload.model_requests + workload.tool_calls
+    # An at-most-once tool's call also writes its start mark.
+    entries = workload.model_requests + workload.tool_calls * (2 if workload.at_most_once else 1)
     assert (run.executed.model, run.executed.tool) == (workload.model_requests, workload.tool_calls), run.executed
     assert run.replayed.total == 0 and run.not_persisted == 0, (run.replayed, run.not_persisted)
     assert store.objects_written == entries, (store.objects_written, entries)

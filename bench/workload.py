@@ -17,6 +17,8 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage, UsageLimits
 
+from airflow_pydantic_ai import at_most_once
+
 __all__ = ["NO_LIMITS", "PROMPT", "Workload", "payload", "tool_results_digest"]
 
 PROMPT = "Fetch every page of the report, then say you are done."
@@ -49,6 +51,8 @@ class Workload:
     steps: int
     size: int
     parallel: int = 1
+    at_most_once: bool = False
+    """The tool is marked ``at_most_once()``: a start mark is written before each live call (``--at-most-once``)."""
 
     @property
     def tool_calls(self) -> int:
@@ -76,7 +80,7 @@ class Workload:
 
         agent: Agent[None, str] = Agent(FunctionModel(respond, model_name="bench-function"), name="bench")
 
-        @agent.tool_plain
+        @agent.tool_plain(metadata=at_most_once() if self.at_most_once else None)
         async def fetch_page(step: int, call: int) -> str:
             """Fetch one page of the report."""
             return payload(step, call, size)

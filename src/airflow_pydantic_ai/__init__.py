@@ -10,7 +10,15 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__all__ = ["DurableCapability", "__version__", "at_most_once", "durable_attempt", "live_tool"]
+__all__ = [
+    "DurableCapability",
+    "__version__",
+    "at_most_once",
+    "durable_attempt",
+    "idempotency_key",
+    "live_tool",
+    "tool_checkpoint",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +31,14 @@ def __getattr__(name: str) -> Any:
         from airflow_pydantic_ai.durable.side_effects import at_most_once
 
         return at_most_once
+    if name == "idempotency_key":
+        from airflow_pydantic_ai.durable.side_effects import idempotency_key
+
+        return idempotency_key
+    if name == "tool_checkpoint":
+        from airflow_pydantic_ai.durable.side_effects import tool_checkpoint
+
+        return tool_checkpoint
     if name == "durable_attempt":
         from airflow_pydantic_ai.durable_task.lifecycle import durable_attempt
 

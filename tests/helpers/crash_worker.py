@@ -40,6 +40,19 @@ block until the parent kills the process. Kinds:
   ``job["pack_only"]`` loads the cache and packs it at once (after the barrier ``job["pack_after"]``),
   as two tries ending together do (``pack-done:1``: it packed).
 
+- side effects (issue 29; ``docs/side_effects.rst``), hooked on the store's writes (the ``local_files`` seam on
+  disk, the filesystem's ``pipe_file`` on S3) and in the tool: ``before-mark`` (an at-most-once call's
+  ``started`` entry is about to be stored: nothing of it is in the cache), ``after-result`` (a tool call's entry
+  is in place), ``polling`` (a checkpointed tool saved its job id and waits for the job).
+
+Side-effect jobs: ``job["at_most_once"]`` marks the ``work`` tool ``at_most_once()``, ``job["on_unknown"]`` and
+``job["can_ask"]`` are the attempt's ``OutcomeRules`` (an ``AskAboutOutcome`` puts the call asked about in the
+result as ``asked``), ``job["answer"] = {"key": ..., "happened": VALUE}`` records a person's answer about that
+call before the agent runs, as the Airflow side does on the try that resumes; ``job["idempotency_key"]`` adds
+the tool's ``idempotency_key()`` to its marker line (``tool N ATTEMPT KEY``); ``job["checkpointed"]`` makes the
+tool submit a job (a ``submit N ATTEMPT`` line) unless ``tool_checkpoint()`` holds its id, save the id, then
+poll. ``job["s3_endpoint"]``: the store is on that S3 server (``job["base"]`` is ``bucket/prefix``).
+
 Like the operator, a job whose cache holds the output recorded by the previous attempt returns it
 without running the agent, and records it again as its own.
 """
@@ -50,6 +63,7 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -70,6 +84,7 @@ KILL_KINDS = (
     "torn-direct",
 )
 PACK_KINDS = ("pack-partial", "pack-written", "pack-done")
+SIDE_EFFECT_KINDS = ("before-mark", "after-result", "polling")
 SUCCESS_WINDOW_KINDS = ("output-recorded", "delete", "deleted")
 _BLOCK_SECONDS = 30.0
 
@@ -97,7 +112,7 @@ class _KillPoints:
         self.kind, self.number = None, 0
         if spec:
             kind, _, number = spec.partition(":")
-            assert kind in KILL_KINDS + SUCCESS_WINDOW_KINDS + PACK_KINDS, spec
+            assert kind in KILL_KINDS + SUCCESS_WINDOW_KINDS + PACK_KINDS + SIDE_EFFECT_KINDS, spec
             self.kind, self.number = kind, int(number)
         self.ready = ready
 
@@ -117,6 +132,22 @@ class _KillPoints:
         if self.due(kind):
             self.block()
 
+    def before_entry(self, path: str) -> None:
+        """An entry is about to be stored at ``path`` (nothing of it is in the cache yet)."""
+        if _kind_of(path) == "started":
+            self.hit("before-mark")
+
+    def after_entry(self, path: str) -> None:
+        """The entry at ``path`` is in place."""
+        if _kind_of(path) == "tool":
+            self.hit("after-result")
+
+
+def _kind_of(path: str) -> str | None:
+    from airflow_pydantic_ai.durable.storage.entry import entry_kind
+
+    return entry_kind(path.rsplit("/", 1)[-1])
+
 
 class _KillingLocalFiles:
     """The store's local-disk calls (its ``local_files`` seam), with kill points on them."""
@@ -135,9 +166,11 @@ class _KillingLocalFiles:
             self._real.replace(src, dst)
             self._points.hit("pack-written")
             return
+        self._points.before_entry(dst)
         self._points.hit("put-before-rename")
         self._real.replace(src, dst)
         self._points.hit("put-after-rename")
+        self._points.after_entry(dst)
 
 
 _PACK_START = b'{"format":"airflow-pydantic-ai/pack"'
@@ -167,10 +200,8 @@ class _PartialWriter:
         return self._handle.write(data)
 
 
-class _TornFileSystem:
-    """A local filesystem without atomic rename: entries are written in place, and can be torn."""
-
-    protocol = "torn-local"  # not "file": StepStore then writes with pipe_file, as on object stores
+class _WrappedFileSystem:
+    """A filesystem that passes every call on to ``real`` but those it defines, which may stop at kill points."""
 
     def __init__(self, real: Any, points: _KillPoints):
         self._real = real
@@ -178,6 +209,12 @@ class _TornFileSystem:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+class _TornFileSystem(_WrappedFileSystem):
+    """A local filesystem without atomic rename: entries are written in place, and can be torn."""
+
+    protocol = "torn-local"  # not "file": StepStore then writes with pipe_file, as on object stores
 
     def rm(self, paths: Any, **kwargs: Any) -> None:
         """Delete files; like an object store, a folder left empty is gone with its last file."""
@@ -200,15 +237,30 @@ class _TornFileSystem:
             handle.write(data)
 
 
-class _CountedDeletes:
+class _KillingObjectStore(_WrappedFileSystem):
+    """An object store (S3) whose PUTs of entries are kill points: before the request is sent, after it returned."""
+
+    def pipe_file(self, path: str, data: bytes, **kwargs: Any) -> Any:
+        self._points.before_entry(path)
+        done = self._real.pipe_file(path, data, **kwargs)
+        self._points.after_entry(path)
+        return done
+
+
+def _s3_filesystem(endpoint_url: str) -> Any:
+    """An ``s3fs`` filesystem on the local (moto) S3 server at ``endpoint_url``."""
+    import s3fs
+
+    return s3fs.S3FileSystem(
+        key="x",
+        secret="x",
+        client_kwargs={"endpoint_url": endpoint_url, "region_name": "us-east-1"},
+        skip_instance_cache=True,
+    )
+
+
+class _CountedDeletes(_WrappedFileSystem):
     """A filesystem whose ``rm_file`` calls are kill points (``delete:N``: after the N-th deletion)."""
-
-    def __init__(self, real: Any, points: _KillPoints):
-        self._real = real
-        self._points = points
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
 
     def rm_file(self, path: str, **kwargs: Any) -> None:
         # Counted whether or not the file was still there: two tries removing the same singles race, and
@@ -241,6 +293,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
     from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, StepStore, run_agent
+    from airflow_pydantic_ai.durable.side_effects import AskAboutOutcome, OutcomeRules, at_most_once
 
     if job.get("start_after"):  # a barrier: several jobs start together
         deadline = time.monotonic() + 20
@@ -267,10 +320,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     agent: Agent[Any, str] = Agent(FunctionModel(model))
 
-    @agent.tool_plain
+    @agent.tool_plain(metadata=at_most_once() if job.get("at_most_once") else None)
     def work(step: int) -> str:
         """Do one step of work (a side effect)."""
         points.hit("tool-start")
+        if job.get("checkpointed"):
+            return _resumable_work(step)
         if job.get("fail_at_step") == step:  # the try fails here; with job["ending"], it packs what it saw
             raise RuntimeError(f"step {step} failed (on purpose)")
         if job.get("hold_until") and step == int(job.get("hold_at_step", 0)):  # a zombie late on purpose
@@ -280,22 +335,43 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         if tool_sleep:
             time.sleep(tool_sleep)
         result = tool_result(prompt, step)
-        _mark(marker, f"tool {step + 1} {attempt}")
+        key = f" {_idempotency_key()}" if job.get("idempotency_key") else ""
+        _mark(marker, f"tool {step + 1} {attempt}{key}")
         points.hit("tool-done")
         return result
 
+    def _resumable_work(step: int) -> str:
+        """Submit an external job once (its id saved at once), then poll it until it is done."""
+        from airflow_pydantic_ai import tool_checkpoint
+
+        checkpoint = tool_checkpoint()
+        job_id = checkpoint.get("job_id")
+        if job_id is None:
+            job_id = f"job-{step + 1}-{attempt}"
+            _mark(marker, f"submit {step + 1} {attempt}")
+            checkpoint.save("job_id", job_id)
+        points.hit("polling")
+        _mark(marker, f"tool {step + 1} {attempt}")
+        return f"{job_id} done"
+
     log = RecordingLog()
-    filesystem: Any = fsspec.filesystem("file")
+    base = job["base"]
+    filesystem: Any
+    if job.get("s3_endpoint"):
+        filesystem, url = _KillingObjectStore(_s3_filesystem(job["s3_endpoint"]), points), f"s3://{base}"
+    else:
+        filesystem, url = fsspec.filesystem("file"), f"file://{base}"
     if points.kind == "torn-direct":
         filesystem = _TornFileSystem(filesystem, points)
     if points.kind == "delete":
         filesystem = _CountedDeletes(filesystem, points)
-    base = job["base"]
-    store = StepStore.for_task(filesystem, base, f"file://{base}", IDENTITY, warn=log.warning)
+    store = StepStore.for_task(filesystem, base, url, IDENTITY, warn=log.warning)
     store.local_files = _KillingLocalFiles(points)  # type: ignore[assignment]
-    run = DurableRun.open(
-        store, attempt=attempt, log=log, options=AttemptOptions(storage_errors=job.get("storage_errors", "warn"))
-    )
+    rules = OutcomeRules(on_unknown=job.get("on_unknown", "ask"), can_ask=bool(job.get("can_ask")))
+    options = AttemptOptions(storage_errors=job.get("storage_errors", "warn"), unknown_outcome=rules)
+    run = DurableRun.open(store, attempt=attempt, log=log, options=options)
+    if job.get("answer"):
+        _record_answer(run, job["answer"])
     started = time.monotonic()
     outcome: dict[str, Any] = {"pid": os.getpid()}
     if job.get("pack_only"):  # a try that loaded the cache and ends now: it packs (a zombie's double, too)
@@ -319,6 +395,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 outcome["output"] = run_agent(run, agent, prompt).output
     except Exception as error:
         outcome["error"] = f"{type(error).__name__}: {error}"
+        if isinstance(error, AskAboutOutcome):
+            call = error.call
+            outcome["asked"] = {"key": call.key, "attempt": call.started.attempt, "started_at": call.started.started_at}
     finally:
         if not job.get("ending"):
             run.log_summary()
@@ -338,6 +417,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         executed={"model": run.executed.model, "tool": run.executed.tool},
         replayed_entries=run.stats.replayed_entries,
         loaded_entries=sorted(run.entries),
+        infos=log.at("info"),
         warnings=log.at("warning"),
         errors=log.at("error"),
         summary=run.summary(),
@@ -349,6 +429,26 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             json.dump(outcome, handle)
         os.replace(temporary, job["result"])
     return outcome
+
+
+def _idempotency_key() -> str:
+    from airflow_pydantic_ai import idempotency_key
+
+    return idempotency_key()
+
+
+def _record_answer(run: Any, answer: dict[str, Any]) -> None:
+    """Record a person's answer "it happened" about the call in doubt under ``answer["key"]`` (found again in the
+    cache, as the Airflow side does when the try resumes)."""
+    from airflow_pydantic_ai.durable.side_effects import CallInDoubt, Resolution
+    from airflow_pydantic_ai.durable.storage.entry import entry_name
+
+    doubt = CallInDoubt.of_mark(run.entries[entry_name("started", answer["key"])])
+    if "happened" in answer:
+        resolution = Resolution.happened(doubt.started, answer["happened"], answered_by="ana", via="the kill trials")
+    else:
+        resolution = Resolution(answer["answer"], doubt.started.attempt, doubt.started.started_at, answered_by="ana")
+    run.resolve(doubt, resolution)
 
 
 # --- the fork server --------------------------------------------------------------------------------
@@ -381,6 +481,10 @@ def serve() -> None:
     from pydantic_ai.models.function import FunctionModel  # noqa: F401
 
     import airflow_pydantic_ai.durable  # noqa: F401
+    from airflow_pydantic_ai.durable.side_effects import AskAboutOutcome, OutcomeRules, at_most_once  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # the S3 jobs' client (no thread starts before its first request)
+        import s3fs  # noqa: F401
 
     out = sys.stdout
 
@@ -452,6 +556,21 @@ class ForkServer:
     def wait(self, pid: int) -> int:
         """The child's exit code (negative: the signal that killed it)."""
         return int(self._ask({"op": "wait", "pid": pid})["exit"])
+
+    def kill_at(self, job: dict[str, Any], point: str, *, within: float = 10.0) -> int:
+        """Spawn ``job`` to stop at the kill point ``point`` (``KIND:N``), SIGKILL it there; its exit code."""
+        ready = job["result"] + ".ready"
+        pid = self.spawn({**job, "kill_at": point, "ready": ready})
+        deadline = time.monotonic() + within
+        while not os.path.exists(ready):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                self.wait(pid)
+                log = Path(job["log"]).read_text()[-3000:] if job.get("log") and os.path.exists(job["log"]) else ""
+                raise AssertionError(f"kill point {point} was never reached: {log}")
+            time.sleep(0.0005)
+        os.kill(pid, signal.SIGKILL)
+        return self.wait(pid)
 
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
         """Spawn a job, wait for it, return its result (raises with its log when it failed)."""

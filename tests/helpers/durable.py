@@ -131,10 +131,12 @@ class DurableHarness:
     identity: TaskIdentity = field(default_factory=task_identity)
     attempt: int = 0
     logs: list[RecordingLog] = field(default_factory=list)
+    cipher: Any = None
+    """Seals every entry (a Fernet object: ``durable_encrypt``); None: entries are plain JSON."""
 
     def store(self, log: RecordingLog | None = None) -> StepStore:
         """The task instance's store; its warnings go to ``log`` (to a log nobody reads without one)."""
-        return local_store(self.base, self.identity, warn=(log or RecordingLog()).warning)
+        return local_store(self.base, self.identity, warn=(log or RecordingLog()).warning, cipher=self.cipher)
 
     @property
     def root(self) -> Path:

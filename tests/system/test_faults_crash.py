@@ -298,14 +298,7 @@ def test_sigkill_in_the_success_window_then_retry(fork_server, tmp_path):
     for index, point in enumerate(SUCCESS_WINDOW_POINTS):
         tmp = tmp_path / f"trial-{index:02d}"
         tmp.mkdir()
-        ready = tmp / "ready"
-        pid = fork_server.spawn(job(tmp, "attempt1", 1, finish=True, kill_at=point, ready=str(ready), tool_sleep=0))
-        deadline = time.monotonic() + 10
-        while not ready.exists():
-            assert time.monotonic() < deadline, f"kill point {point} was never reached"
-            time.sleep(0.0005)
-        os.kill(pid, signal.SIGKILL)
-        assert fork_server.wait(pid) == -signal.SIGKILL
+        assert fork_server.kill_at(job(tmp, "attempt1", 1, finish=True, tool_sleep=0), point) == -signal.SIGKILL
         left = inspect_cache(tmp / "cache")
         deleted = int(point.partition(":")[2]) if point.startswith("delete") else 0
         assert len(left.complete) == ENTRIES - deleted, point
@@ -327,14 +320,7 @@ def test_sigkill_in_the_success_window_then_retry(fork_server, tmp_path):
 
 def test_steps_are_deleted_newest_first(fork_server, tmp_path):
     """Cut after 9 of 18 deletions: what is left is the result and the oldest steps of the chain."""
-    ready = tmp_path / "ready"
-    pid = fork_server.spawn(job(tmp_path, "attempt1", 1, finish=True, kill_at="delete:9", ready=str(ready)))
-    deadline = time.monotonic() + 10
-    while not ready.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.0005)
-    os.kill(pid, signal.SIGKILL)
-    assert fork_server.wait(pid) == -signal.SIGKILL
+    assert fork_server.kill_at(job(tmp_path, "attempt1", 1, finish=True), "delete:9") == -signal.SIGKILL
     root = cache_root(tmp_path / "cache")
     entries = [StepEntry.from_bytes(path.read_bytes(), name=path.name) for path in root.glob("*.json")]
     steps = sorted(entry.step for entry in entries if entry.kind == "model")
@@ -378,17 +364,6 @@ def packed_state(base: Path) -> CacheState:
     return state
 
 
-def kill_at(server: ForkServer, tmp: Path, first: dict[str, Any], point: str) -> int:
-    ready = tmp / "ready"
-    pid = server.spawn({**first, "kill_at": point, "ready": str(ready)})
-    deadline = time.monotonic() + 10
-    while not ready.exists():
-        assert time.monotonic() < deadline, f"kill point {point} was never reached"
-        time.sleep(0.0005)
-    os.kill(pid, signal.SIGKILL)
-    return server.wait(pid)
-
-
 def test_sigkill_while_a_failed_try_packs_then_resume(fork_server, tmp_path):
     reference = expected_output(PROMPT, STEPS)
     rows = []
@@ -396,7 +371,7 @@ def test_sigkill_while_a_failed_try_packs_then_resume(fork_server, tmp_path):
         tmp = tmp_path / f"trial-{index:02d}"
         tmp.mkdir()
         first = job(tmp, "attempt1", 1, fail_at_step=FAIL_AT, ending=True, tool_sleep=0)
-        assert kill_at(fork_server, tmp, first, point) == -signal.SIGKILL, point
+        assert fork_server.kill_at(first, point) == -signal.SIGKILL, point
         left = packed_state(tmp / "cache")
         assert len(left.complete) == PACKED and not left.corrupt, f"{point}: {left}"
         packs = sorted(path.name for path in cache_root(tmp / "cache").glob("*.pack"))
@@ -428,7 +403,7 @@ def test_sigkill_while_a_failed_try_packs_then_resume(fork_server, tmp_path):
 def test_a_torn_pack_is_ignored_and_the_singles_it_would_replace_replay(fork_server, tmp_path):
     """A filesystem without atomic rename tears the pack itself: the singles are still there, the pack is skipped."""
     first = job(tmp_path, "attempt1", 1, fail_at_step=FAIL_AT, ending=True, tool_sleep=0)
-    assert kill_at(fork_server, tmp_path, first, "pack-written:1") == -signal.SIGKILL
+    assert fork_server.kill_at(first, "pack-written:1") == -signal.SIGKILL
     [pack] = cache_root(tmp_path / "cache").glob("*.pack")
     data = pack.read_bytes()
     pack.write_bytes(data[: len(data) // 2])

@@ -211,6 +211,47 @@ def test_every_way_to_mark_a_tool_is_seen(harness: DurableHarness, spelling: str
     assert charges == [42]
 
 
+def test_a_retry_outcome_forgotten_with_its_answer_leaves_no_call_in_doubt(harness: DurableHarness) -> None:
+    from pydantic_ai import ModelRetry
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+    charges: list[int] = []
+
+    def until_charged(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [part for message in messages for part in message.parts if isinstance(part, ToolReturnPart)]
+        if returns and str(returns[-1].content) == "charged":
+            return ModelResponse(parts=[TextPart("done: charged")])
+        return ModelResponse(parts=[ToolCallPart("charge_card", {"amount": 42}, tool_call_id=f"c{len(messages)}")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(until_charged), retries=1)
+
+    @agent.tool_plain(metadata=at_most_once())
+    def charge_card(amount: int) -> str:
+        charges.append(amount)
+        if len(charges) <= 2:
+            raise ModelRetry("the bank is busy, try again")
+        return "charged"
+
+    with pytest.raises(UnexpectedModelBehavior):
+        harness.run(agent, "charge it")
+    assert CacheReader(harness.store()).companions() == []
+    result, _, _ = harness.run(agent, "charge it", run_options={"unknown_outcome": OutcomeRules(on_unknown="fail")})
+    assert result.output == "done: charged"
+
+
+def test_a_call_the_budget_refuses_leaves_no_start_mark(harness: DurableHarness) -> None:
+    from pydantic_ai.usage import UsageLimits
+
+    from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
+
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on=set())
+    with pytest.raises(RetryBudgetExceeded):
+        harness.run(agent, "charge it", run_options={"budget": UsageLimits(tool_calls_limit=0)})
+    assert charges == []
+    assert CacheReader(harness.store()).companions() == []
+
+
 def test_the_error_masks_values_under_sensitive_keys_of_the_arguments() -> None:
     from airflow_pydantic_ai.durable.side_effects import CallInDoubt, StartedCall, unknown_outcome_error
 

@@ -18,6 +18,8 @@ Public errors (a user, a test or the Airflow side may catch them):
   outside the cache base, or to no cache of that loop iteration.
 - ``OutcomeUnknown`` (defined in ``steps/at_most_once.py``, beside the call in doubt it carries): an
   at-most-once call an earlier try started and never finished, which this try may not run again.
+- ``CheckpointRefused`` (defined in ``steps/checkpoint.py``, beside ``tool_checkpoint()``): a value a resumable
+  tool tried to save that cannot come back identical, or that holds a secret; nothing was saved.
 - ``RetryBudgetExceeded`` (defined in ``steps/budget.py``: it is also pydantic-ai's
   ``UsageLimitExceeded``, and this module imports nothing, so that the read side and the CLI can catch
   these errors without importing pydantic-ai).

@@ -27,13 +27,14 @@ __all__ = [
     "prefix_of_role",
 ]
 
-StepRole = Literal["model", "tool", "output", "decision", "result", "started", "resolution", "checkpoint"]
+StepRole = Literal["model", "tool", "output", "decision", "result", "started", "resolution", "checkpoint", "forgotten"]
 """What an entry is to a person: a model request, a tool call, a call of an output function, a person's
 decision on a tool call that needed approval, the task's recorded output; or one of a call's companions: the
 mark that an at-most-once call started (``started``), the answer to "did that call happen?" once it was cut
-off (``resolution``), or a value a resumable tool saved while it ran (``checkpoint``)."""
+off (``resolution``), or a value a resumable tool saved while it ran (``checkpoint``); or the mark that forgets
+the entries a run failed on (``forgotten``, a tombstone: never a step, never shown as one)."""
 
-EntryPrefix = Literal["model", "tool", "decision", "result", "started", "resolution", "checkpoint"]
+EntryPrefix = Literal["model", "tool", "decision", "result", "started", "resolution", "checkpoint", "forgotten"]
 """The kind an entry's name starts with (``{prefix}-{key}.json``): an output function's call is stored as a
 ``tool`` entry, so that entry names stay what they were before output functions were recorded."""
 
@@ -79,6 +80,7 @@ KINDS: dict[StepRole, KindSpec] = {
         KindSpec("started", "started", 2, False, True, None, None, False, None, "started call", companion=True),
         KindSpec("resolution", "resolution", 2, False, True, None, None, False, None, "resolution", companion=True),
         KindSpec("checkpoint", "checkpoint", 2, False, True, None, None, False, None, "checkpoint", companion=True),
+        KindSpec("forgotten", "forgotten", 4, False, True, None, None, False, None, "forgotten entries"),
     )
 }
 """Every kind, by role, in the order the report and the metrics list them."""

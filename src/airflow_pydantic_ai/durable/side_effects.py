@@ -5,7 +5,7 @@ For a DAG author (also ``from airflow_pydantic_ai import ...``):
 - :func:`at_most_once`: tool metadata; a call cut off mid-run is never run again silently (``at_most_once.py``);
 - :func:`idempotency_key`: inside a tool, a key the same on every try for the same call (``idempotency.py``);
 - :func:`tool_checkpoint`: inside a tool, values saved at once and read back by the same call on a retry
-  (``checkpoint.py``).
+  (``checkpoint.py``: :class:`ToolCheckpoint`, and :class:`CheckpointRefused` for a value it cannot keep).
 
 For the Airflow side (asking a person, the ``cache resolve`` command, the view): :class:`OutcomeRules`,
 :class:`CallInDoubt`, :class:`Resolution`, :class:`AskAboutOutcome` and :class:`OutcomeUnknown` (built with
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
         resolution_entry,
         unknown_outcome_error,
     )
+    from airflow_pydantic_ai.durable.steps.checkpoint import CheckpointRefused, ToolCheckpoint, tool_checkpoint
+    from airflow_pydantic_ai.durable.steps.idempotency import idempotency_key
 
 __all__ = [
     "ANSWERS",
@@ -44,19 +46,25 @@ __all__ = [
     "Answer",
     "AskAboutOutcome",
     "CallInDoubt",
+    "CheckpointRefused",
     "OutcomeRules",
     "OutcomeUnknown",
     "Resolution",
     "StartedCall",
+    "ToolCheckpoint",
     "UnknownOutcome",
     "at_most_once",
+    "idempotency_key",
     "parse_result",
     "resolution_entry",
+    "tool_checkpoint",
     "unknown_outcome_error",
 ]
 
 _HOMES = {
     "at_most_once": "interception.toolset",
+    "idempotency_key": "steps.idempotency",
+    **dict.fromkeys(("CheckpointRefused", "ToolCheckpoint", "tool_checkpoint"), "steps.checkpoint"),
     **dict.fromkeys(
         (
             "ANSWERS",

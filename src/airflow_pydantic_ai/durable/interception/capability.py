@@ -30,6 +30,7 @@ from airflow_pydantic_ai.durable.interception.live_operations import name_live_o
 from airflow_pydantic_ai.durable.interception.model import CachingModel
 from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
 from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
+from airflow_pydantic_ai.durable.keys.run_ids import stable_conversation_id
 from airflow_pydantic_ai.durable.steps.nesting import current_place
 from airflow_pydantic_ai.durable.steps.run import DurableRun
 
@@ -41,7 +42,8 @@ class DurableCapability(AbstractCapability[Any]):
     """Records and replays the model requests and tool calls of every run of an agent inside a durable attempt.
 
     Put it on any agent (``capabilities=[DurableCapability()]``), or pass it to one run: inside a durable
-    attempt the run is recorded and replayed like the operator's own run, outside one it is inert. Every
+    attempt the run is recorded and replayed like the operator's own run, outside one it records nothing (its
+    tools' calls are only made known to ``idempotency_key()`` and ``tool_checkpoint()``). Every
     tool source (``toolsets=``, ``@agent.tool``, toolset capabilities, MCP servers, dynamic toolsets) is
     covered without toolset ids, and output functions (``output_type=`` a function, ``ToolOutput(fn)``,
     ``TextOutput(fn)``) are recorded and replayed like tools; an output validator that fails after the
@@ -57,6 +59,16 @@ class DurableCapability(AbstractCapability[Any]):
         # Innermost: closest to the real model and tools, so other capabilities' wrappers see replays
         # exactly as they would see live answers.
         return CapabilityOrdering(position="innermost")
+
+    def get_default_run_id(self) -> str | None:
+        # The same run_id on every try of the task instance (pydantic-ai asks before for_run; an explicit
+        # run_id= wins and this is not asked).
+        place = current_place()
+        return None if place is None else place.run.stable_run_id(place)
+
+    def get_default_conversation_id(self, run_id: str) -> str | None:
+        # Used only by a run that inherits none from its history (an approval's continuation inherits it).
+        return None if current_place() is None else stable_conversation_id(run_id)
 
     async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
         if self.run is not None:
@@ -91,8 +103,12 @@ class DurableCapability(AbstractCapability[Any]):
         return CachingModel(model, self.run, self.chain)
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
-        if self.run is None or isinstance(toolset, CachingToolset):
+        if isinstance(toolset, CachingToolset):
             return None
+        if self.run is None:
+            # Outside a durable attempt: a pass-through that only makes each call known to idempotency_key() and
+            # tool_checkpoint(). Inside one, a capability left unbound (a second one on a bound run) stays inert.
+            return CachingToolset(wrapped=toolset) if current_place() is None else None
         return CachingToolset(wrapped=toolset, run=self.run)
 
     async def wrap_output_process(

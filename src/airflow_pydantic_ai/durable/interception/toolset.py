@@ -98,7 +98,9 @@ class CachingToolset(WrapperToolset[Any]):
         requests_before, recorded_before = ctx.usage.requests, self.run.stats.model_requests
         # The tool's own ``ctx.model`` requests are steps under this call (context_model.py).
         tool_ctx = with_recorded_model(ctx, self.run)
-        in_flight = CallInFlight(name, ctx.tool_call_id, step.key, self.run, ctx.run_id, self.run.answer_number)
+        in_flight = CallInFlight(
+            name, ctx.tool_call_id, step.key, self.run, ctx.run_id, self.run.answer_number, live=step.live
+        )
         try:
             with running_call(in_flight):
                 return await step.replay_or_run(

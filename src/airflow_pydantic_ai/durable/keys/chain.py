@@ -14,6 +14,7 @@ the occurrence counts, so usage-limit prediction cannot drift from lookup.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,11 +32,24 @@ from airflow_pydantic_ai.durable.keys.fingerprint import (
     fingerprint_tool_call,
 )
 
-__all__ = ["Fingerprinter", "KeyChain", "ModelKey"]
+__all__ = [
+    "IDEMPOTENCY_KEY_PREFIX",
+    "Fingerprinter",
+    "KeyChain",
+    "ModelKey",
+    "checkpoint_key",
+    "idempotency_key_of_call",
+    "idempotency_key_of_run",
+]
 
 _MODEL_KEY = "model-step/v1"
 _TOOL_KEY = "tool-step/v1"
 _DECISION_KEY = "decision-step/v1"
+_CHECKPOINT_KEY = "checkpoint/v1"
+_IDEMPOTENCY_KEY = "idempotency-key/v1"
+_UNBOUND_IDEMPOTENCY_KEY = "idempotency-key/outside-an-attempt/v1"
+IDEMPOTENCY_KEY_PREFIX = "apai-"
+"""What every key ``idempotency_key()`` returns starts with; 32 hex digits of a SHA-256 follow."""
 _START = "start"
 
 
@@ -206,3 +220,26 @@ class KeyChain:
         occurrence = occurrences[base]
         occurrences[base] += 1
         return digest(namespace, base, str(occurrence), *chain)
+
+
+# --- the keys of a call's side effects: derived from the call's step key, never part of the chain ----------
+
+
+def checkpoint_key(call_key: str, name: str) -> str:
+    """The key of the checkpoint ``name`` saved by the tool call whose step key is ``call_key``."""
+    return digest(_CHECKPOINT_KEY, call_key, name)
+
+
+def idempotency_key_of_call(task_instance: Sequence[Any], call_key: str, scope: str) -> str:
+    """The idempotency key of a call in a durable attempt: the task instance (``StepStore.owner``), the call's
+    step key (the agent run's place, the conversation, the call's name, arguments and id) and ``scope``. The
+    same on every try for the same call; a digest, so nothing of its inputs can be read back from it."""
+    identity = json.dumps(list(task_instance), default=str, separators=(",", ":"))
+    return IDEMPOTENCY_KEY_PREFIX + digest(_IDEMPOTENCY_KEY, identity, call_key, scope)[:32]
+
+
+def idempotency_key_of_run(run_id: str, call_id: str, tool_name: str, scope: str, *, within: str = "") -> str:
+    """The idempotency key of a call that has no step key: pydantic-ai's run id, the call's id and name, ``scope``,
+    and ``within`` (in a durable attempt, whose run ids are the same on every try: the try and the model step
+    whose answer asked for the call, since a model may reuse call ids from one answer to the next)."""
+    return IDEMPOTENCY_KEY_PREFIX + digest(_UNBOUND_IDEMPOTENCY_KEY, run_id, call_id, tool_name, scope, within)[:32]

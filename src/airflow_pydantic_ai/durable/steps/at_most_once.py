@@ -50,6 +50,7 @@ __all__ = [
     "StartedCall",
     "UnknownOutcome",
     "before_live_call",
+    "mark_start",
     "parse_result",
     "resolution_entry",
     "unknown_outcome_error",
@@ -114,7 +115,7 @@ class Resolution:
 
     answer: Answer
     attempt: int
-    """The try whose start this resolves (with :attr:`started_at`: a later start is not resolved by it)."""
+    """The try whose start this resolves (with ``started_at``: a later start is not resolved by it)."""
     started_at: float
     result: dict[str, Any] | None = None
     """For ``happened``: the result the model is given, as a tool entry's payload (``encode_outcome``)."""
@@ -240,7 +241,7 @@ class OutcomeUnknown(DurableError, RuntimeError):
 
 
 class AskAboutOutcome(DurableError):
-    """Internal signal: the run stops so that a person is asked what happened to :attr:`call` (the Airflow side
+    """Internal signal: the run stops so that a person is asked what happened to ``call`` (the Airflow side
     catches it, asks through human-in-the-loop, and records the answer as a :class:`Resolution`)."""
 
     def __init__(self, call: CallInDoubt) -> None:
@@ -303,10 +304,11 @@ def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: An
 
 
 def before_live_call(run: StepOwner, step: ToolStep, rules: OutcomeRules, *, redact: Any = None) -> None:
-    """Before an at-most-once call runs live: settle an earlier start that never finished, then mark this start.
+    """Before an at-most-once call runs live: settle an earlier start that never finished.
 
-    Returns with the call either replaying (``step.is_replay``: "it happened", with the result given) or about
-    to run (its start recorded); raises :class:`OutcomeUnknown` or :class:`AskAboutOutcome` otherwise.
+    Returns with the call either replaying (``step.is_replay``: "it happened", with the result given) or to run
+    live, its start to be recorded right before it runs (``step.marks_start``: after the budget across tries
+    allowed it, :func:`mark_start`); raises :class:`OutcomeUnknown` or :class:`AskAboutOutcome` otherwise.
     """
     if step.key is None:
         run.log.warning(
@@ -318,7 +320,7 @@ def before_live_call(run: StepOwner, step: ToolStep, rules: OutcomeRules, *, red
     doubt = _doubt(run, step)
     if doubt is not None and not _settle(run, step, doubt, rules, redact=redact):
         return  # replays the answer's result
-    _mark_start(run, step)
+    step.marks_start = True
 
 
 def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRules, *, redact: Any) -> bool:
@@ -351,7 +353,8 @@ def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRu
     raise unknown_outcome_error(doubt, rules, redact=redact, why=why)
 
 
-def _mark_start(run: StepOwner, step: ToolStep) -> None:
+def mark_start(run: StepOwner, step: ToolStep) -> None:
+    """Record that ``step``'s call starts now (one write), right before it runs."""
     assert step.key is not None
     started = StartedCall(step.tool_name, step.call_id, step.arguments, run.attempt, time.time())
     entry = StepEntry(

@@ -2,12 +2,14 @@
 
 Every attempt ends through :func:`ending` (around everything it does after it was opened): a try that ends
 without success packs what it saw for the next try, a failed one tidies up, and whatever happens the summary
-line, the report and the per-try note are written (:func:`log_summary`). :func:`forget_what_failed` removes
-the answer a run failed on when its retries ran out, so that the next try asks again.
+line, the report and the per-try note are written (:func:`log_summary`). :func:`forget_what_failed` forgets
+the answer a run failed on when its retries ran out (a tombstone first, then the deletions), so that the next
+try asks again.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
@@ -16,6 +18,7 @@ from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.report import DurableReport
 from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, record_attempt
+from airflow_pydantic_ai.durable.storage.tombstone import Mark, tombstone
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.owner import AttemptOwner
@@ -52,9 +55,34 @@ def forget_what_failed(run: AttemptOwner) -> None:
     the run got past stays: earlier answers and retries, and the answer's calls that returned. When a
     call of that answer raised an exception that is never recorded, that call ended the run, and
     nothing is removed.
+
+    A tombstone naming each of them, with the copy it forgets (``storage/tombstone.py``), is written first, in
+    one atomic write; only then are they deleted. The tombstone is what forgets them: a copy that a kill leaves
+    in an old pack, or that a zombie try packs again later, is ignored by every later load, while the answer
+    the next try records under the same name is used. The deletions only tidy up (one that fails is a WARNING).
+    When the tombstone cannot be written, nothing is deleted (one ERROR): deleting without it could leave a
+    copy behind that a later try replays anyway, while keeping everything has one predictable cost, the next
+    try replays the failed answer and fails the same way, wasting that try but doing nothing wrong.
     """
     names = run.last_answer.to_forget
     if not names:
+        return
+    now = time.time()
+    # The copy this attempt loaded or recorded; a name it holds no entry of (never stored) is forgotten up to now.
+    marks = {name: Mark.of(run.entries[name]) if name in run.entries else Mark(run.attempt, now) for name in names}
+    try:
+        run.store.put(tombstone(marks, attempt=run.attempt, step=run.last_answer.number, recorded_at=now))
+    except Exception as error:
+        run.log.error(
+            "Durable: could not forget %s (its tombstone could not be written to %s: %s), so nothing was removed "
+            "and the next try replays it and fails the same way. To have the model asked again, delete the cache "
+            "before the next try (%s)",
+            run.last_answer.describe(),
+            run.store.location,
+            describe_error(error),
+            run.outlook.delete_hint or "airflow pydantic-ai cache rm, with --from-step to keep the steps before it",
+        )
+        run.last_answer = LastAnswer(number=run.last_answer.number)  # said once, however many hooks see it
         return
     for name in names:
         run.entries.pop(name, None)
@@ -62,8 +90,12 @@ def forget_what_failed(run: AttemptOwner) -> None:
         try:
             run.store.remove(name)
         except Exception as error:
-            run.log.error("Durable: could not delete %s%s: %s", run.store.location, name, describe_error(error))
-            return
+            run.log.warning(
+                "Durable: could not delete %s%s (%s); its tombstone already keeps later tries from replaying it",
+                run.store.location,
+                name,
+                describe_error(error),
+            )
     who = "a retry" if run.outlook.retry_coming else "a later try (after a clear)"
     run.log.info(
         "Durable: the run%s failed on %s; removed from the cache so %s asks again instead of replaying it",

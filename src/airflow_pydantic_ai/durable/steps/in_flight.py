@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.owner import StepOwner
@@ -34,6 +34,11 @@ class CallInFlight:
     """The agent run's id (pydantic-ai's ``ctx.run_id``), for a call outside a durable attempt."""
     answer_number: int = 0
     """The model step whose answer asked for the call."""
+    live: bool = False
+    """A live tool's call (``live_tool()``): it runs on every try by design, so it has no key across tries."""
+    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
+    """What ``tool_checkpoint().save`` saved during this call, by name, encoded (``checkpoint.py``): read back
+    first, so that a value saved now wins over one an earlier try saved, stored or not."""
 
 
 _CURRENT: ContextVar[CallInFlight | None] = ContextVar("airflow_pydantic_ai_call_in_flight", default=None)

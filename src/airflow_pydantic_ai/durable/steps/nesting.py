@@ -91,6 +91,9 @@ class AttemptFamily:
     """The attempt's run each pydantic-ai run id records into (a second durable capability on a run stays inert)."""
     warned: set[str] = field(default_factory=set)
     """One-per-attempt warnings already given."""
+    continuations: int = 0
+    """Stable run ids given so far to runs that claim the attempt's first run (``run_agent``'s run, then each of
+    its continuations after an approval stop): the next one's continuation number."""
 
     def warn_once(self, topic: str) -> bool:
         """True the first time ``topic`` comes up in this attempt."""
@@ -116,11 +119,20 @@ class Place:
     continue the same conversation)."""
     started: int = 0
     """How many runs this place started so far (the place is shared by the contexts copied from it)."""
+    drawn: dict[str, int] = field(default_factory=dict)
+    """Indexes drawn for runs given a stable run id before they bound (run id -> index): pydantic-ai asks for
+    the id before the run binds, and the run takes the index it was named by."""
 
     def next_index(self) -> int:
         index = self.started
         self.started += 1
         return index
+
+    def index_for(self, run_id: str | None) -> int:
+        """The index of the run ``run_id`` starting here: the one drawn with its stable id, or the next."""
+        if run_id is not None and run_id in self.drawn:
+            return self.drawn.pop(run_id)
+        return self.next_index()
 
 
 _PLACE: ContextVar[Place | None] = ContextVar("airflow_pydantic_ai_durable_place", default=None)

@@ -103,7 +103,8 @@ def load_cache(run: AttemptOwner, probe: bool, belongs: Callable[[Collection[int
     except Exception as error:
         writer.load_failed(error)
         return
-    if loaded.entries and belongs is not None and not belongs({entry.attempt for entry in loaded.entries.values()}):
+    tries = {entry.attempt for entry in (*loaded.entries.values(), *loaded.tombstones.values())}
+    if tries and belongs is not None and not belongs(tries):
         discard_earlier_run(store, loaded.entries, run.attempt, log)
         if run.budget is not None:  # what an earlier DAG run spent is not this one's
             run.budget.earlier = run.budget.resumed = Spent()

@@ -66,6 +66,16 @@ class StepOwner(Protocol):
         """The number ``entry`` has (or would have, written now) in the cache's listing (``numbering.py``)."""
         ...
 
+    @property
+    def task_instance(self) -> list[Any]:
+        """The task instance this attempt belongs to, as its entries store it (dag, run, task, map index, and a
+        loop's region and index); the cache's location when the store was opened without one."""
+        ...
+
+    def holds_secret(self, payload: Any) -> bool:
+        """Whether ``payload`` holds a value registered as secret (what the writer refuses to store)."""
+        ...
+
     # --- the verbs -------------------------------------------------------------------------------
 
     def step_replayed(
@@ -117,12 +127,20 @@ class StepOwner(Protocol):
 
     def record_decision(self, entry: StepEntry, what: str) -> None: ...
 
+    def mark_start(self, step: Any) -> None:
+        """Record that an at-most-once call starts now (right before it runs)."""
+        ...
+
     def forget_mark(self, name: str) -> None:
         """An at-most-once call ended with an exception of its own: its start mark goes (a retry runs it again)."""
         ...
 
     def bind(self, place: Any, run_id: str | None, agent: str | None) -> StepOwner | None:
         """The run an agent run starting at ``place`` records into (see ``nesting.py``); None: already bound."""
+        ...
+
+    def stable_run_id(self, place: Any) -> str | None:
+        """The ``run_id`` an agent run starting at ``place`` gets on every try; None: pydantic-ai's random one."""
         ...
 
     def unrecorded_run(self, run_id: str, agent: Callable[[], str]) -> None:

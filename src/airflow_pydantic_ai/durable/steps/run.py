@@ -31,6 +31,7 @@ from airflow_pydantic_ai.durable.accounting import SummaryCounts
 from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain, ModelKey
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
+from airflow_pydantic_ai.durable.keys.run_ids import stable_run_id
 from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps import ending as ends
 from airflow_pydantic_ai.durable.steps import lookup
@@ -39,6 +40,7 @@ from airflow_pydantic_ai.durable.steps.at_most_once import (
     OutcomeRules,
     Resolution,
     before_live_call,
+    mark_start,
     resolution_entry,
 )
 from airflow_pydantic_ai.durable.steps.budget import RetryBudget
@@ -214,7 +216,7 @@ class DurableRun:
         if run_id is not None and run_id in family.bound:
             return None  # a second durable capability on the same run: the first one records it
         top = place.parent is None and place.top_level
-        index = 0 if top and place.root_claims else place.next_index()
+        index = 0 if top and place.root_claims else place.index_for(run_id)
         if top and index == 0:
             bound = self
             if family.agent_runs == 0:
@@ -229,6 +231,28 @@ class DurableRun:
         if run_id is not None:
             family.bound[run_id] = bound
         return bound
+
+    def stable_run_id(self, place: Place) -> str | None:
+        """The ``run_id`` an agent run starting at ``place`` gets on every try of the task instance (formula in
+        ``keys/run_ids.py``); None (pydantic-ai's random one) where the run has no stable place: under a step
+        that could not be keyed (whose steps never replay either).
+
+        pydantic-ai asks before the run binds: the run's index in ``place`` is drawn now and kept for
+        :meth:`bind`. A run that claims the attempt's first run (``run_agent``) is numbered by continuation
+        instead, since pydantic-ai refuses a continuation a ``run_id`` its history already holds.
+        """
+        owner = self.store.owner or [self.store.root]
+        if place.parent is None and place.top_level and place.root_claims:
+            self.family.continuations += 1
+            return stable_run_id(owner, TOP, 0, self.family.continuations - 1)
+        if place.parent is None and not place.top_level:
+            return None
+        index = place.next_index()
+        run_id = stable_run_id(owner, place.parent or TOP, index)
+        if run_id in self.family.bound:
+            return None  # never two runs of one attempt under one id (a run already bound would stay unrecorded)
+        place.drawn[run_id] = index
+        return run_id
 
     def nested(self, scope: RunScope, *, keyed: bool = True) -> DurableRun:
         """A run of the same attempt with its own key chain, started from ``scope`` (shares entries, writer, counts)."""
@@ -294,6 +318,17 @@ class DurableRun:
     def answer_number(self) -> int:
         """The number of this agent run's model step whose answer the calls running now belong to."""
         return self.keys.model_steps
+
+    @property
+    def task_instance(self) -> list[Any]:
+        """The task instance this attempt belongs to, as its entries store it (the store's owner: dag, run, task,
+        map index, and a loop's region and index); the cache's location when the store has no owner."""
+        owner = self.store.owner
+        return list(owner) if owner is not None else [self.store.location]
+
+    def holds_secret(self, payload: Any) -> bool:
+        """Whether ``payload`` holds a value registered as secret: the writer would not store it."""
+        return self.writer.contains_secret(payload)
 
     # --- the verbs steps report through (``owner.py``): the one place that decides which rooms they touch ---
 
@@ -386,6 +421,10 @@ class DurableRun:
         """Before an at-most-once call runs live: settle an earlier start that never finished, then record this
         start (``at_most_once.py``); ``step`` may replay a person's answer instead, or this raises."""
         before_live_call(self, step, self.outcomes, redact=self.redact)
+
+    def mark_start(self, step: ToolStep) -> None:
+        """Record that an at-most-once call starts now (right before it runs, ``at_most_once.py``)."""
+        mark_start(self, step)
 
     def forget_mark(self, name: str) -> None:
         """An at-most-once call ended with an exception of its own: remove its start mark (a retry runs it again)."""

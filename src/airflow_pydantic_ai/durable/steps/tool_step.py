@@ -72,8 +72,10 @@ class ToolStep:
     """How the log named the call once it ran live (its number is taken once, not per line)."""
     arguments: Any = field(default=None, repr=False)
     """The arguments as the model sent them (what an at-most-once call's start mark shows a person)."""
+    marks_start: bool = False
+    """An at-most-once call about to run live: its start is recorded right before it runs (``at_most_once.py``)."""
     started_mark: str | None = None
-    """The entry that marks this at-most-once call as started (``at_most_once.py``), once written."""
+    """The entry that marks this at-most-once call as started, once written."""
     resolved_by: str | None = None
     """For a call whose outcome was unknown: who said it happened, and how (its result replays)."""
 
@@ -142,6 +144,8 @@ class ToolStep:
             return self.replay()
         if self.is_tool and self.run.budget is not None:  # issue 22: a budget across retries may refuse it
             self.run.budget.before_tool_call(self.shown())
+        if self.marks_start:  # issue 29: recorded last, right before the call, once nothing can refuse it
+            self.run.mark_start(self)
         if in_thread:
             return await self._recorded_even_if_cancelled(call())
         return await self._recorded(call(), validator_failure)
@@ -330,6 +334,7 @@ class ToolStep:
         if isinstance(error, ModelRetry):  # ToolFailed costs no retry: it can never exhaust them
             self.run.retry_drawn(self.entry_name, self.shown(), "ModelRetry")
         self._write(step_number, encode_outcome(Raised(error)))
+        self._drop_mark_of_a_retry(error)
 
     def _record_retry_signal(self, error: ToolRetryError) -> None:
         """A retry already in pydantic-ai's own form: stored as the part it sends the model, replayed as is."""
@@ -340,6 +345,14 @@ class ToolStep:
             return
         self.run.retry_drawn(self.entry_name, self.shown(), "ToolRetryError")
         self._write(step_number, encode_outcome(RetrySignal(error)))
+        self._drop_mark_of_a_retry(error)
+
+    def _drop_mark_of_a_retry(self, error: BaseException) -> None:
+        """A retry outcome may be forgotten with its answer (``forget_what_failed``): its call's start mark goes
+        now, so that a forgotten outcome never leaves the call looking cut off."""
+        if self.started_mark is not None and not isinstance(error, ToolFailed):
+            self.run.forget_mark(self.started_mark)
+            self.started_mark = None
 
     def _entry(self, step_number: int, payload: dict[str, Any]) -> StepEntry:
         return StepEntry(

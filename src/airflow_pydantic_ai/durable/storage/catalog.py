@@ -43,7 +43,7 @@ class CacheSummary:
     identity: TaskIdentity | None
     """The task instance; None when an id was too long and is stored shortened (find it by :meth:`matches`)."""
     entries: int
-    """Every entry: model and tool steps, approval decisions, the recorded output, damaged ones."""
+    """Every entry: model and tool steps, approval decisions, the recorded output, tombstones, damaged ones."""
     model_steps: int
     tool_steps: int
     """Tool and output function calls (both are stored as ``tool-*`` entries)."""

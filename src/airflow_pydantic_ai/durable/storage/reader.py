@@ -11,7 +11,9 @@ Guarantees: reading never changes the cache; a damaged entry is listed as damage
 and is still deleted by :meth:`~CacheReader.delete_all` and :meth:`~CacheReader.delete_from`; an
 encrypted entry is decoded only with the key (without it, it is listed as encrypted); nothing is
 deleted outside the task instance's prefix. Packs (what a try that ended packed into one object) are a
-layout detail: their entries are listed, numbered, shown and deleted as steps like any other.
+layout detail: their entries are listed, numbered, shown and deleted as steps like any other. Tombstones
+(``tombstone.py``) are not steps: never listed, and what they forget is not listed either (a retry would not
+replay it).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.storage.entry import SealedEntry, StepEntry
 from airflow_pydantic_ai.durable.storage.numbering import ListingRow, in_listing_order, listing_order
 from airflow_pydantic_ai.durable.storage.step_costs import StepCost
@@ -29,9 +32,9 @@ from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
 
-StepKindShown = Literal[
-    "model", "tool", "output", "decision", "result", "started", "resolution", "checkpoint", "damaged", "encrypted"
-]
+StepKindShown = StepRole | Literal["damaged", "encrypted"]
+"""A step's role (the kind table's: a call's companions too; a tombstone is never listed, the store keeps it
+apart), or why it cannot be read."""
 _DEFAULT_LIMIT = 4096
 
 

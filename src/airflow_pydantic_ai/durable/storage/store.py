@@ -10,6 +10,9 @@ A try that ends (failed, or parked for a person's decision) may :meth:`~StepStor
 and wrote into one object (``pack-....pack``), written atomically *before* the single entries it holds
 and the packs it replaces are removed; the next try then reads a few objects, not one per step.
 
+Entries a run failed on are forgotten by a tombstone (``tombstone.py``), written before anything is deleted:
+loading ignores every copy it forgets, whichever object holds it (an old pack a kill left, a zombie's pack).
+
 Besides the steps, a task instance that produced its output holds one ``result`` entry
 (``result-output.json``, never packed): the value it pushed to XCom, written before the push, with the
 same guarantees as a step. Deleting the cache removes packs and steps first and the result entry last,
@@ -55,6 +58,7 @@ from airflow_pydantic_ai.durable.storage.stored import (
     newer,
     stored_bytes,
 )
+from airflow_pydantic_ai.durable.storage.tombstone import Mark, forgotten_by, is_tombstone
 
 __all__ = [
     "LoadedCache",
@@ -100,6 +104,8 @@ class StepStore:
     pack carries them as they are, so packing never drops what it could not read."""
     _packs_seen: set[str] = field(default_factory=set, repr=False)
     """The readable packs the last load found (a pack written from what it held replaces them)."""
+    _forgotten_singles: set[str] = field(default_factory=set, repr=False)
+    """Single entries the last load found holding only a copy a tombstone forgets: a pack removes them too."""
 
     @classmethod
     def for_task(
@@ -157,6 +163,7 @@ class StepStore:
         survey = self.survey()
         loaded = LoadedCache(bytes_read=survey.bytes_read)
         loaded.entries = {name: entry for name, (entry, _) in survey.entries.items()}
+        loaded.tombstones = {name: entry for name, (entry, _) in survey.tombstones.items()}
         for stored, error in survey.damaged:
             where = f"{stored.name} in {stored.container}" if stored.in_pack else stored.name
             loaded.skipped[where] = str(error)
@@ -174,7 +181,8 @@ class StepStore:
         """List the prefix, fetch the packs and single entries in one batched call, and verify each entry.
 
         A pack superseded by a readable pack is not read; an entry both packed and single counts once
-        (the copy written last). What this finds is what :meth:`pack` packs.
+        (the copy written last); a copy a tombstone forgets is not found at all, wherever it sits
+        (``tombstone.py``). What this finds, the tombstones with it, is what :meth:`pack` packs.
         """
         survey = Survey()
         rows = self._listing_rows()
@@ -208,6 +216,7 @@ class StepStore:
             stored.extend(StoredEntry(entry, body, size, modified, name) for entry, body in pack.bodies.items())
         self._held, self._unread = {}, {}
         self._packs_seen = set(packs)
+        singles: list[tuple[StepEntry, StoredEntry]] = []
         for item in stored:
             try:
                 entry = self._verify(item)
@@ -216,11 +225,40 @@ class StepStore:
                 if item.in_pack and isinstance(item.data, dict):
                     self._unread[item.name] = (item.data, item.container)
                 continue
+            if not item.in_pack:
+                singles.append((entry, item))
             known = survey.entries.get(item.name)
             if known is None or newer(entry, known[0]):
                 survey.entries[item.name] = (entry, item)
                 self._held[item.name] = (item.data, item.container)  # type: ignore[assignment]
+        self._honour_tombstones(survey, singles)
         return survey
+
+    def _honour_tombstones(self, survey: Survey, singles: Sequence[tuple[StepEntry, StoredEntry]]) -> None:
+        """Move the tombstones out of the survey's entries, and drop every copy they forget: the newest copy of a
+        name is the one a later try might have recorded after it was forgotten; when a mark covers it, it
+        covers every older copy too. The tombstones stay held (a pack carries them); what they forget does not."""
+        marks: dict[str, Mark] = {}
+        for name, (entry, item) in list(survey.entries.items()):
+            if not is_tombstone(entry):
+                continue
+            del survey.entries[name]
+            try:
+                forgets = forgotten_by(entry)
+            except CorruptEntry as error:
+                survey.damaged.append((item, error))
+                continue
+            survey.tombstones[name] = (entry, item)
+            for forgotten, mark in forgets.items():
+                marks[forgotten] = max(mark, marks.get(forgotten, mark))
+        for name, mark in marks.items():
+            found = survey.entries.get(name)
+            if found is not None and mark.covers(found[0]):
+                del survey.entries[name]
+                self._held.pop(name, None)
+        self._forgotten_singles = {
+            item.name for entry, item in singles if item.name in marks and marks[item.name].covers(entry)
+        }
 
     def _verify(self, item: StoredEntry) -> StepEntry:
         if isinstance(item.data, BaseException):
@@ -261,6 +299,7 @@ class StepStore:
         carried = {name: item for name, item in self._unread.items() if name not in held}
         if not held and not carried:
             return None
+        forgotten = sorted(self._forgotten_singles - set(held))
         stored = {name: stored_bytes(data) for name, (data, _) in {**carried, **held}.items()}
         replaces = sorted(self._packs_seen | {container for _, container in held.values() if is_pack_name(container)})
         name = str(pack_name(attempt, stored))
@@ -270,8 +309,8 @@ class StepStore:
         singles = sorted(entry for entry, (_, container) in held.items() if container == entry)
         self._held.update({entry: (stored[entry], name) for entry in held})
         self._unread = {entry: (data, name) for entry, (data, _) in carried.items()}
-        self._packs_seen = {name}
-        self._remove_objects([*replaces, *singles])
+        self._packs_seen, self._forgotten_singles = {name}, set()
+        self._remove_objects([*replaces, *singles, *forgotten])
         return name
 
     def drop(self, names: Sequence[str]) -> None:
@@ -372,7 +411,10 @@ class StepStore:
         self._request("rm_file", path)
 
     def remove(self, name: str) -> None:
-        """Delete one entry if it exists (one held in a pack: a pack without it replaces that pack)."""
+        """Delete one entry if it exists (one held in a pack: a pack without it replaces that pack).
+
+        A kill between the two leaves a packed copy, and a zombie try may pack one again: what must never be
+        replayed is forgotten by a tombstone written first (``tombstone.py``), not by this alone."""
         held = self._held.pop(name, None)
         if held is not None and held[1] != name:
             self.drop([name])
@@ -400,7 +442,7 @@ class StepStore:
         ordered += [name for name in newest_first if name in listed and name != RESULT_ENTRY]
         known = set(ordered)
         ordered += sorted(name for name in listed if is_entry_name(name) and name not in known and name != RESULT_ENTRY)
-        self._held, self._unread, self._packs_seen = {}, {}, set()
+        self._held, self._unread, self._packs_seen, self._forgotten_singles = {}, {}, set(), set()
         if not self.is_local:
             rest = sorted(listed - set(ordered) - {RESULT_ENTRY})
             self._remove_objects(ordered)

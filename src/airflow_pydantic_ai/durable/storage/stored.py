@@ -41,6 +41,8 @@ class LoadedCache:
     entries: dict[str, StepEntry] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     bytes_read: int = 0
+    tombstones: dict[str, StepEntry] = field(default_factory=dict)
+    """The tombstones found (``tombstone.py``): already honoured in ``entries``, never steps."""
 
 
 @dataclass(frozen=True)
@@ -72,12 +74,15 @@ class StoredEntry:
 
 @dataclass
 class Survey:
-    """What a task instance's cache holds: every verified entry (the newest copy of each), and what is damaged."""
+    """What a task instance's cache holds: every verified entry (the newest copy of each, less what a tombstone
+    forgets), and what is damaged."""
 
     entries: dict[str, tuple[StepEntry, StoredEntry]] = field(default_factory=dict)
     damaged: list[tuple[StoredEntry, CorruptEntry]] = field(default_factory=list)
     """Entries (or whole packs, under the pack's name) that must not be replayed, with the reason."""
     bytes_read: int = 0
+    tombstones: dict[str, tuple[StepEntry, StoredEntry]] = field(default_factory=dict)
+    """The tombstones (``tombstone.py``), kept apart from the entries: never a step."""
 
 
 def stored_bytes(data: bytes | dict[str, Any]) -> bytes:
