@@ -202,6 +202,20 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "True",
                         "default": "False",
                     },
+                    "durable_on_unknown_outcome": {
+                        "description": (
+                            "What a durable task does with an at_most_once() tool call that an earlier try started "
+                            "and never finished (the try was cut off while it ran), unless a task sets "
+                            "on_unknown_outcome=. ask stops and asks a person on the task's Required Actions page "
+                            "whether it happened (no worker slot is held; where nobody can be asked it behaves as "
+                            "fail); fail fails the task, naming the call and the airflow pydantic-ai cache resolve "
+                            "command; rerun runs the call again with a WARNING. One of: ask, fail, rerun."
+                        ),
+                        "version_added": "0.3.0",
+                        "type": "string",
+                        "example": "fail",
+                        "default": "ask",
+                    },
                     "cache_view": {
                         "description": (
                             'Show the "Durable cache" view on task instance pages of the Airflow UI (and '

@@ -250,3 +250,19 @@ def test_a_call_the_budget_refuses_leaves_no_start_mark(harness: DurableHarness)
         harness.run(agent, "charge it", run_options={"budget": UsageLimits(tool_calls_limit=0)})
     assert charges == []
     assert CacheReader(harness.store()).companions() == []
+
+
+def test_the_error_masks_values_under_sensitive_keys_of_the_arguments() -> None:
+    from airflow_pydantic_ai.durable.side_effects import CallInDoubt, StartedCall, unknown_outcome_error
+
+    def redact(value: Any) -> Any:
+        return (
+            {key: "***" if key == "api_key" else item for key, item in value.items()}
+            if isinstance(value, dict)
+            else value
+        )
+
+    for arguments in ({"amount": 42, "api_key": "sk-1"}, '{"amount": 42, "api_key": "sk-1"}'):
+        doubt = CallInDoubt("k" * 64, 1, "tool charge_card", StartedCall("charge_card", "c1", arguments, 1, 0.0))
+        message = str(unknown_outcome_error(doubt, OutcomeRules(on_unknown="fail"), redact=redact, why="test"))
+        assert '"amount": 42' in message and "sk-1" not in message and '"api_key": "***"' in message

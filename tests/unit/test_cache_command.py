@@ -165,7 +165,7 @@ def test_the_console_script_has_the_same_commands_and_options_as_airflow() -> No
     script = options(build_parser(), [])
 
     cache_commands = {name: flags for name, flags in airflow.items() if name.startswith("pydantic-ai cache ")}
-    commands = ("list", "show", "rm", "gc", "export", "verify")
+    commands = ("list", "show", "rm", "resolve", "gc", "export", "verify")
     assert set(cache_commands) == {f"pydantic-ai cache {name}" for name in commands}
     for name, flags in cache_commands.items():
         assert script[name.removeprefix("pydantic-ai ")] == flags, name

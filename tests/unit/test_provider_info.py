@@ -88,6 +88,7 @@ OPTIONS = {
     "on_clear",
     "durable_budget_across_tries",
     "durable_cache_shared",
+    "durable_on_unknown_outcome",
 }
 """The [pydantic_ai] options, as get_provider_info() declares them and Airflow's ProvidersManager registers them."""
 
@@ -105,6 +106,7 @@ def test_every_config_option_has_what_airflow_requires() -> None:
     assert options["on_clear"]["default"] == "resume"
     assert options["durable_budget_across_tries"]["default"] == "False"
     assert options["durable_cache_shared"]["default"] == "False"
+    assert options["durable_on_unknown_outcome"]["default"] == "ask"
 
 
 def test_providers_manager_registers_the_provider_and_its_config() -> None:

@@ -1,11 +1,13 @@
-"""Reading a person's answer (the human-in-the-loop resume event) into one decision per pending call.
+"""Reading a person's answer (the human-in-the-loop resume event): one decision per pending call of an approval
+round (:func:`read_answer`), or what happened to a call in doubt (:func:`read_outcome_answer`).
 
 An answer never decides a call it does not clearly name: an option that is not ours, a per-call value
 that is neither ``approve`` nor ``reject``, or a field for a call that is not pending is ignored with
 a warning, and a call left without a decision is asked again. In a round whose request text Airflow
 could not refresh (a later round in the same try: see :mod:`airflow_pydantic_ai.approval.wait`), only
 per-call fields that name the calls now pending count, so that an "Approve all" given while reading
-an earlier round's calls never approves different ones.
+an earlier round's calls never approves different ones. The same holds for a call in doubt: where Airflow shows
+an earlier request, only its own field (``outcome_<ref>``) answers it.
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ from airflow_pydantic_ai.approval.request import (
     APPROVE,
     APPROVE_ALL,
     DECIDE_PER_CALL,
+    OUTCOME_OPTIONS,
     REASON_FIELD,
     REJECT,
     REJECT_ALL,
+    RESULT_FIELD,
     PendingCall,
     call_field,
+    outcome_field,
 )
 from airflow_pydantic_ai.durable import Decision
 from airflow_pydantic_ai.durable.errors import ApprovalTimedOut
 
-__all__ = ["Answer", "ApprovalTimedOut", "read_answer"]
+__all__ = ["Answer", "ApprovalTimedOut", "OutcomeAnswer", "read_answer", "read_outcome_answer"]
 
 
 @dataclass
@@ -44,6 +49,30 @@ def _user_name(user: Any) -> str | None:
         name = user.get("name") or user.get("id")
         return None if name is None else str(name)
     return None
+
+
+_NOT_A_MAPPING = "the answer is not a mapping ({}); it is ignored"
+
+
+def _wait_timed_out(event: Mapping[str, Any]) -> str | None:
+    """What Airflow said when the wait timed out with no default answer; None when it did not time out.
+
+    :raises RuntimeError: The wait failed for another reason.
+    """
+    if "error" not in event:
+        return None
+    if event.get("error_type") == "timeout":
+        return str(event.get("error"))
+    raise RuntimeError(f"the wait for an answer failed: {event.get('error')}")
+
+
+def _fields(event: Mapping[str, Any], warnings: list[str]) -> Mapping[str, Any]:
+    """The answer's form fields (``params_input``); none, with a warning, when they are not a mapping."""
+    params = event.get("params_input") or {}
+    if isinstance(params, Mapping):
+        return params
+    warnings.append(f"the answer's fields are {type(params).__name__}, not a mapping; they are ignored")
+    return {}
 
 
 def read_answer(
@@ -64,27 +93,23 @@ def read_answer(
     """
     answer = Answer()
     if not isinstance(event, Mapping):
-        answer.warnings.append(f"the answer is not a mapping ({type(event).__name__}); it is ignored")
+        answer.warnings.append(_NOT_A_MAPPING.format(type(event).__name__))
         return answer
-    if "error" in event:
-        if event.get("error_type") == "timeout":
-            raise ApprovalTimedOut(
-                f"nobody approved or rejected the pending tool calls in time ({event.get('error')}); "
-                "on_approval_timeout='fail' fails the task. Set on_approval_timeout='reject' to reject them and "
-                "go on, or a longer approval_timeout."
-            )
-        raise RuntimeError(f"the wait for approval failed: {event.get('error')}")
+    timeout = _wait_timed_out(event)
+    if timeout is not None:
+        raise ApprovalTimedOut(
+            f"nobody approved or rejected the pending tool calls in time ({timeout}); "
+            "on_approval_timeout='fail' fails the task. Set on_approval_timeout='reject' to reject them and "
+            "go on, or a longer approval_timeout."
+        )
     timed_out = bool(event.get("timedout"))
     who = None if timed_out else _user_name(event.get("responded_by_user"))
     answer.answered_by = who
     chosen = event.get("chosen_options")
-    params = event.get("params_input") or {}
     if not isinstance(chosen, list) or len(chosen) != 1 or not isinstance(chosen[0], str):
         answer.warnings.append(f"the answer chose {chosen!r}, not one option; it is ignored")
         return answer
-    if not isinstance(params, Mapping):
-        answer.warnings.append(f"the answer's fields are {type(params).__name__}, not a mapping; they are ignored")
-        params = {}
+    params = _fields(event, answer.warnings)
     option = chosen[0]
     reason = params.get(REASON_FIELD)
     reason = str(reason).strip() if isinstance(reason, (str, int, float)) and str(reason).strip() else None
@@ -105,10 +130,10 @@ def read_answer(
                 approved=approved, reason=None if approved else reason, answered_by=who, timed_out=timed_out
             )
         return answer
-    if option not in (APPROVE_ALL, REJECT_ALL, DECIDE_PER_CALL):
+    if option not in (APPROVE_ALL, REJECT_ALL, DECIDE_PER_CALL) and request_is_current:
         answer.warnings.append(f"the option {option!r} is not one of ours; it is ignored")
         return answer
-    if option != DECIDE_PER_CALL:
+    if option in (APPROVE_ALL, REJECT_ALL):
         answer.warnings.append(
             f"{option!r} was chosen on a page that shows an earlier round's calls; it decides nothing. Decide each "
             "pending call by its field (call_<ref>: approve or reject)"
@@ -125,4 +150,62 @@ def read_answer(
         answer.decisions[ref] = Decision(
             approved=approved, reason=None if approved else reason, answered_by=who, timed_out=timed_out
         )
+    return answer
+
+
+@dataclass
+class OutcomeAnswer:
+    """What an answer says about a call in doubt: ``happened`` (with the text given as its result), ``rerun`` or
+    ``fail``; None when it says nothing usable (the call is asked about again)."""
+
+    answer: str | None = None
+    result: str | None = None
+    """The text of the result field, "" and whitespace read as none."""
+    answered_by: str | None = None
+    timed_out: str = ""
+    """Why the wait ended without an answer (the approval timeout); "" when someone answered."""
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_outcome_answer(event: Any, ref: str, *, request_is_current: bool) -> OutcomeAnswer:
+    """What ``event`` says happened to the call in doubt ``ref``.
+
+    :param event: The resume event Airflow hands the task (as for :func:`read_answer`).
+    :param ref: The call's short reference.
+    :param request_is_current: False when Airflow still shows an earlier request of the same try: then only the
+        field ``outcome_<ref>`` (``happened``, ``rerun`` or ``fail``) answers, whatever the option.
+    :raises RuntimeError: The wait failed for another reason than its timeout.
+    """
+    answer = OutcomeAnswer()
+    if not isinstance(event, Mapping):
+        answer.warnings.append(_NOT_A_MAPPING.format(type(event).__name__))
+        return answer
+    timeout = _wait_timed_out(event)
+    if timeout is not None or event.get("timedout"):  # "timedout": a default answer, and this question has none
+        answer.timed_out = "nobody answered within the approval_timeout" + (f" ({timeout})" if timeout else "")
+        return answer
+    answer.answered_by = _user_name(event.get("responded_by_user"))
+    params = _fields(event, answer.warnings)
+    text = params.get(RESULT_FIELD)
+    answer.result = str(text) if isinstance(text, (str, int, float, bool)) and str(text).strip() else None
+    own = params.get(outcome_field(ref))
+    if own is not None:
+        verdict = str(own).strip().lower()
+        if verdict in OUTCOME_OPTIONS.values():
+            answer.answer = verdict
+        else:
+            choices = ", ".join(OUTCOME_OPTIONS.values())
+            answer.warnings.append(f"{outcome_field(ref)}={own!r} is not one of {choices}; ignored")
+        return answer
+    if not request_is_current:
+        answer.warnings.append(
+            f"the page shows an earlier question of this try, so only the field {outcome_field(ref)!r} "
+            f"({', '.join(OUTCOME_OPTIONS.values())}) answers this one; the option chosen decides nothing"
+        )
+        return answer
+    chosen = event.get("chosen_options")
+    if not isinstance(chosen, list) or len(chosen) != 1 or chosen[0] not in OUTCOME_OPTIONS:
+        answer.warnings.append(f"the answer chose {chosen!r}, not one of {', '.join(OUTCOME_OPTIONS)}; it is ignored")
+        return answer
+    answer.answer = OUTCOME_OPTIONS[chosen[0]]
     return answer

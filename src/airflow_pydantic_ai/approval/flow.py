@@ -1,4 +1,4 @@
-"""The Airflow side of an approval round: ask (write the request, release the worker), then record the answer.
+"""The Airflow side of a round of asking a person: ask (write the request, release the worker), then record the answer.
 
 Data flows one way. The durable run stops with
 :class:`~airflow_pydantic_ai.durable.interception.approvals.WaitingForDecisions`;
@@ -6,23 +6,46 @@ Data flows one way. The durable run stops with
 carrying the pending calls' keys in the resume arguments (:class:`Resume`). When Airflow resumes the task,
 :func:`record_answer` turns the answer into one decision per call and records each in the durable cache;
 the run then starts again, replays every recorded step, finds the decisions and goes on live.
+
+A call in doubt (an ``at_most_once()`` call an earlier try started and never finished, with
+``on_unknown_outcome='ask'``) goes the same way: the run stops with ``AskAboutOutcome``, :func:`ask_about_outcome`
+asks whether it happened, and :func:`record_answer` records the answer as the call's ``Resolution``, which the
+run applies when it reaches the call again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextlib
+import time
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Literal, NoReturn
 
 from pydantic_ai.messages import ToolCallPart
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.approval.answer import read_answer
-from airflow_pydantic_ai.approval.request import PendingCall, build_request
+from airflow_pydantic_ai.approval.answer import read_answer, read_outcome_answer
+from airflow_pydantic_ai.approval.request import (
+    OUTCOME_OPTIONS,
+    RESULT_FIELD,
+    PendingCall,
+    build_outcome_request,
+    build_request,
+    outcome_field,
+)
 from airflow_pydantic_ai.approval.wait import RENDERED_FIELD, parks_for_input, publish_request, wait_for_answer
 from airflow_pydantic_ai.durable import DecisionStep, DurableRun, WaitingForDecisions
+from airflow_pydantic_ai.durable.side_effects import (
+    CallInDoubt,
+    Resolution,
+    parse_result,
+    unknown_outcome_error,
+)
 
-__all__ = ["ApprovalSettings", "Resume", "ask", "record_answer"]
+__all__ = ["ANSWERED_VIA", "ApprovalSettings", "Resume", "ask", "ask_about_outcome", "record_answer"]
+
+ANSWERED_VIA = "the Required Actions page"
+"""How an answer given to the human-in-the-loop request reached the task (a ``Resolution``'s ``via``)."""
 
 OnTimeout = Literal["reject", "fail"]
 _ON_TIMEOUT: tuple[OnTimeout, ...] = ("reject", "fail")
@@ -68,23 +91,28 @@ class Resume:
 
     event: Any
     pending: list[dict[str, Any]]
-    """Per call: ``ref``, ``key``, ``tool``, ``call_id``, ``step``."""
+    """Per call waiting for approval: ``ref``, ``key``, ``tool``, ``call_id``, ``step``."""
     request_ti: str
     """The task-instance try whose request Airflow shows (one request per try)."""
     shown_refs: list[str]
+    """What the request Airflow shows asks about: approval refs, or ``outcome_<ref>`` for a call in doubt."""
     round: int
+    """The approval round (0: none yet in this try, only a question about a call in doubt)."""
+    doubt: dict[str, Any] | None = None
+    """The call in doubt asked about (``key``, ``ref``, ``tool``, ``attempt``, ``started_at``), else None."""
 
     @classmethod
     def from_kwargs(cls, event: Any, kwargs: dict[str, Any]) -> Resume:
-        pending = kwargs.get("pending")
-        if not isinstance(pending, list):
-            raise ValueError(f"the task resumed without the pending calls it waited for ({kwargs!r})")
+        pending, doubt = kwargs.get("pending", []), kwargs.get("doubt")
+        if not isinstance(pending, list) or not (pending or isinstance(doubt, dict)):
+            raise ValueError(f"the task resumed without the calls it waited for ({kwargs!r})")
         return cls(
             event=event,
             pending=[dict(item) for item in pending],
             request_ti=str(kwargs.get("request_ti", "")),
             shown_refs=[str(ref) for ref in kwargs.get("shown_refs") or []],
-            round=int(kwargs.get("round") or 1),
+            round=int(kwargs["round"]) if kwargs.get("round") is not None else 1,
+            doubt=dict(doubt) if isinstance(doubt, dict) else None,
         )
 
 
@@ -152,22 +180,11 @@ def ask(
             getattr(context["ti"], "map_index", -1),
             ", ".join(f"'call_{ref}': ..." for ref in refs),
         )
-    where = (
-        "parked in awaiting_input (no worker slot, no triggerer)"
-        if parks_for_input()
-        else "deferred to the triggerer (no worker slot)"
-    )
-    timeout = (
-        f"; after {settings.timeout} without an answer the task will "
-        + ("reject the pending calls and go on" if settings.on_timeout == "reject" else "fail")
-        if settings.timeout
-        else ""
-    )
+    at_timeout = "reject the pending calls and go on" if settings.on_timeout == "reject" else "fail"
     log.info(
-        "Approval: waiting for %d approval(s) on this task's Required Actions page; the task is %s%s",
+        "Approval: waiting for %d approval(s) on this task's Required Actions page; the task is %s",
         len(calls),
-        where,
-        timeout,
+        _waiting_where(settings, at_timeout=at_timeout),
     )
     kwargs = {
         "pending": [
@@ -188,7 +205,11 @@ def ask(
 
 
 def record_answer(run: DurableRun, resume: Resume, *, settings: ApprovalSettings, log: Any) -> None:
-    """Record the answer's decisions in the cache (calls it leaves undecided are asked again)."""
+    """Record the answer's decisions in the cache (calls it leaves undecided are asked again), or what happened
+    to the call in doubt asked about."""
+    if resume.doubt is not None:
+        _record_outcome(run, resume, resume.doubt, log=log)
+        return
     calls = [
         PendingCall(ref=item["ref"], tool_name=str(item["tool"]), call_id=str(item["call_id"]), arguments=None)
         for item in resume.pending
@@ -229,3 +250,141 @@ def record_answer(run: DurableRun, resume: Resume, *, settings: ApprovalSettings
             decision.describe(),
             reason,
         )
+
+
+def _waiting_where(settings: ApprovalSettings, *, at_timeout: str) -> str:
+    where = (
+        "parked in awaiting_input (no worker slot, no triggerer)"
+        if parks_for_input()
+        else "deferred to the triggerer (no worker slot)"
+    )
+    return where + (
+        f"; after {settings.timeout} without an answer the task will {at_timeout}" if settings.timeout else ""
+    )
+
+
+def ask_about_outcome(
+    operator: Any,
+    context: Any,
+    doubt: CallInDoubt,
+    *,
+    settings: ApprovalSettings,
+    previous: Resume | None,
+    log: Any,
+) -> NoReturn:
+    """Ask whether the call in doubt happened, and release the worker until a person answers.
+
+    The wait is the approvals' (``approval_timeout``, ``approval_assigned_users``); when nobody answers in time the
+    task fails (``on_approval_timeout='reject'`` has nothing to reject here).
+    """
+    ti_id = str(context["task_instance"].id)
+    asked = outcome_field(doubt.ref)
+    same_try = previous is not None and previous.request_ti == ti_id
+    shown_refs = previous.shown_refs if same_try and previous is not None else [asked]
+    request = build_outcome_request(
+        tool=doubt.started.tool,
+        ref=doubt.ref,
+        call_id=doubt.started.call_id,
+        arguments=doubt.started.arguments,
+        started=f"try {doubt.started.attempt} at {doubt.started.when}",
+        task_label=_task_label(context),
+        redact=_compat.redact,
+        timeout=str(settings.timeout) if settings.timeout else "",
+        param=_param,
+    )
+    not_shown = publish_request(context, request, settings.assigned_users)
+    if not_shown:
+        log.warning("Approval: could not show the request in the rendered field '%s': %s", RENDERED_FIELD, not_shown)
+    log.info("Unknown outcome: %s (ref %s); a person is asked whether it happened", doubt.describe(), doubt.ref)
+    if asked not in shown_refs:
+        log.warning(
+            "Unknown outcome: Airflow keeps one request per task try, so its Required Actions page still shows an "
+            "earlier question; this one is in the task's rendered field '%s'. Answer it through the REST API (PATCH "
+            ".../taskInstances/%s/%s/hitlDetails) with any option and params_input {'%s': 'happened' | 'rerun' | "
+            "'fail', '%s': <the result for the model>}",
+            RENDERED_FIELD,
+            context["ti"].task_id,
+            getattr(context["ti"], "map_index", -1),
+            asked,
+            RESULT_FIELD,
+        )
+    log.info(
+        "Unknown outcome: waiting for an answer (%s) on this task's Required Actions page; the task is %s",
+        " / ".join(OUTCOME_OPTIONS),
+        _waiting_where(settings, at_timeout="fail"),
+    )
+    kwargs = {
+        "doubt": {
+            "key": doubt.key,
+            "ref": doubt.ref,
+            "tool": doubt.started.tool,
+            "attempt": doubt.started.attempt,
+            "started_at": doubt.started.started_at,
+        },
+        "request_ti": ti_id,
+        "shown_refs": shown_refs,
+        "round": previous.round if previous is not None else 0,
+    }
+    wait_for_answer(operator, context, request, timeout=settings.timeout, kwargs=kwargs)
+
+
+def _doubt_again(run: DurableRun, asked: dict[str, Any]) -> CallInDoubt | None:
+    """The call in doubt asked about, rebuilt from its start mark in the cache, with an answer recorded meanwhile
+    (``cache resolve``); None when the mark is gone or unreadable."""
+    found = {entry.kind: entry for entry in run.entries.values() if entry.key == asked.get("key")}
+    mark, answer = found.get("started"), found.get("resolution")
+    if mark is None:
+        return None
+    resolution = None
+    if answer is not None:
+        with contextlib.suppress(KeyError, TypeError, ValueError):  # the engine says so when it reaches the call
+            resolution = Resolution.from_payload(answer.payload)
+    try:
+        return CallInDoubt.of_mark(mark, resolution)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _record_outcome(run: DurableRun, resume: Resume, asked: dict[str, Any], *, log: Any) -> None:
+    """Record what the person said happened to the call in doubt (nothing when the answer says nothing usable:
+    the run then asks again)."""
+    ref, tool = str(asked.get("ref")), str(asked.get("tool"))
+    answer = read_outcome_answer(resume.event, ref, request_is_current=outcome_field(ref) in resume.shown_refs)
+    log.info(
+        "Unknown outcome: resumed with an answer from %s about %s (ref %s)", answer.answered_by or "nobody", tool, ref
+    )
+    for warning in answer.warnings:
+        log.warning("Unknown outcome: %s", warning)
+    doubt = _doubt_again(run, asked)
+    if doubt is None or (doubt.started.attempt, doubt.started.started_at) != (
+        asked.get("attempt"),
+        asked.get("started_at"),
+    ):
+        log.warning(
+            "Unknown outcome: the start of %s (ref %s) that was asked about is no longer in the cache (deleted or "
+            "replaced meanwhile); the answer is not recorded, and the call is treated as the cache now says",
+            tool,
+            ref,
+        )
+        return
+    if answer.answer is None and doubt.resolution is not None:
+        log.info(
+            "Unknown outcome: %s (ref %s): %s meanwhile; it applies", doubt.label, ref, doubt.resolution.describe()
+        )
+        return
+    if answer.timed_out:
+        rules = replace(run.outcomes, can_ask=False)  # asking is over: the error names the other ways
+        raise unknown_outcome_error(doubt, rules, redact=_compat.redact, why=f"{answer.timed_out}, so the task fails")
+    if answer.answer is None:
+        log.warning(
+            "Unknown outcome: the answer does not say what happened to %s (ref %s); it is asked again", tool, ref
+        )
+        return
+    who: dict[str, Any] = {"answered_by": answer.answered_by, "via": ANSWERED_VIA, "answered_at": time.time()}
+    if answer.answer == "happened":
+        resolution = Resolution.happened(doubt.started, parse_result(answer.result), **who)
+    else:
+        resolution = Resolution(answer.answer, doubt.started.attempt, doubt.started.started_at, **who)  # type: ignore[arg-type]
+    run.resolve(doubt, resolution)
+    given = " (a result is given to the model)" if answer.answer == "happened" and answer.result is not None else ""
+    log.info("Unknown outcome: %s (ref %s): %s%s", doubt.label, ref, resolution.describe(), given)

@@ -1,10 +1,15 @@
-"""What a person is asked: the human-in-the-loop request for the calls of one round.
+"""What a person is asked: the human-in-the-loop request for the calls of one approval round, or about one call
+whose outcome is unknown (:func:`build_outcome_request`).
 
-The request lists, for each pending call, the tool name, its call id, a short reference and its
+The approval request lists, for each pending call, the tool name, its call id, a short reference and its
 arguments (pretty-printed JSON, values registered with Airflow's secrets masker and sensitive-looking
 keys masked, long values cut), and a summary of the task's prompt. The options are "Approve all" and
 "Reject all" (and "Decide per call" when there are several calls, with one approve/reject field per
 call); an optional reason is sent to the model for every rejected call.
+
+The question about a call in doubt (an ``at_most_once()`` call an earlier try started and never finished) shows
+the tool, its arguments (masked in the same way), which try started it and when, and what each answer does:
+"It happened" (with the result to give the model in a form field), "Run it again", "Fail the task".
 
 Nothing here talks to Airflow's database: it only builds data (:class:`ApprovalRequest`).
 """
@@ -20,12 +25,19 @@ from typing import Any
 __all__ = [
     "APPROVE_ALL",
     "DECIDE_PER_CALL",
+    "FAIL_THE_TASK",
+    "IT_HAPPENED",
+    "OUTCOME_OPTIONS",
     "REASON_FIELD",
     "REJECT_ALL",
+    "RESULT_FIELD",
+    "RUN_IT_AGAIN",
     "ApprovalRequest",
     "PendingCall",
+    "build_outcome_request",
     "build_request",
     "call_field",
+    "outcome_field",
 ]
 
 APPROVE_ALL = "Approve all"
@@ -33,6 +45,12 @@ REJECT_ALL = "Reject all"
 DECIDE_PER_CALL = "Decide per call"
 REASON_FIELD = "reason"
 APPROVE, REJECT = "approve", "reject"
+IT_HAPPENED = "It happened"
+RUN_IT_AGAIN = "Run it again"
+FAIL_THE_TASK = "Fail the task"
+OUTCOME_OPTIONS: dict[str, str] = {IT_HAPPENED: "happened", RUN_IT_AGAIN: "rerun", FAIL_THE_TASK: "fail"}
+"""The options of the question about a call in doubt, and the answer (``Resolution.answer``) each gives."""
+RESULT_FIELD = "result"
 
 _MAX_VALUE = 500
 """Characters of one argument value shown before it is cut."""
@@ -44,6 +62,12 @@ _MAX_PROMPT = 500
 def call_field(ref: str) -> str:
     """The form field (``params_input`` key) that approves or rejects the call ``ref``."""
     return f"call_{ref}"
+
+
+def outcome_field(ref: str) -> str:
+    """The ``params_input`` key that answers the question about the call in doubt ``ref`` (``happened``, ``rerun``
+    or ``fail``) where Airflow still shows an earlier request of the same try."""
+    return f"outcome_{ref}"
 
 
 @dataclass(frozen=True)
@@ -168,4 +192,59 @@ def build_request(
         options=options,
         params=params,
         defaults=[REJECT_ALL] if reject_on_timeout else None,
+    )
+
+
+def build_outcome_request(
+    *,
+    tool: str,
+    ref: str,
+    call_id: str | None,
+    arguments: Any,
+    started: str,
+    task_label: str,
+    redact: Callable[[Any], Any],
+    timeout: str,
+    param: Callable[..., dict[str, Any]],
+) -> ApprovalRequest:
+    """The question about one call in doubt: did its side effect happen?
+
+    :param tool: The tool's name; ``ref`` the call's short reference; ``call_id`` the model's id for it.
+    :param arguments: As the model sent them (shown masked, long values cut).
+    :param started: Which try started the call and when (``try 1 at 2026-11-28 10:00:00 UTC``).
+    :param task_label: ``dag_id.task_id`` (and map index) for the subject.
+    :param redact: Airflow's secrets masker ``redact``.
+    :param timeout: How long the person has (``"4:00:00"``), "" without a limit: the task fails then.
+    :param param: Builds one serialized form field: ``param(default, description=..., **json_schema)``.
+    """
+    call = f"`{tool}` (ref `{ref}`" + (f", call id `{call_id}`)" if call_id else ")")
+    lines = [
+        # Worded to stay true once answered: Airflow keeps showing this text after the answer and the run.
+        f"The agent of **{task_label}** called {call} in {started}, and that try was cut off while the call "
+        "ran: whether its side effect happened is unknown. The tool is marked `at_most_once()`, so the call is "
+        "not run again before a person says what happened.",
+        "",
+        _fence(pretty_arguments(arguments, redact)),
+        "",
+        f"- **{IT_HAPPENED}**: the call is not run again; the model is given the result you enter in the field "
+        f"*{RESULT_FIELD}* (JSON or text) as what the call returned.",
+        f"- **{RUN_IT_AGAIN}**: the call runs once more: its side effect may happen twice.",
+        f"- **{FAIL_THE_TASK}**: the task fails, naming the call (later tries too, until another answer is "
+        "recorded with `airflow pydantic-ai cache resolve`).",
+    ]
+    if timeout:
+        lines += ["", f"Nobody answering within {timeout} fails the task."]
+    params = {
+        RESULT_FIELD: param(
+            "",
+            description=f"For '{IT_HAPPENED}': what the call returned, given to the model (JSON or text).",
+            title="The call's result",
+            type=["string", "null"],
+        )
+    }
+    return ApprovalRequest(
+        subject=f"{task_label}: did this tool call happen?",
+        body="\n".join(lines),
+        options=list(OUTCOME_OPTIONS),
+        params=params,
     )

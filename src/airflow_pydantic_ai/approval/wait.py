@@ -23,7 +23,14 @@ from typing import Any, NoReturn
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.approval.request import ApprovalRequest
 
-__all__ = ["RENDERED_FIELD", "RESUME_METHOD", "parks_for_input", "publish_request", "wait_for_answer"]
+__all__ = [
+    "RENDERED_FIELD",
+    "RESUME_METHOD",
+    "parks_for_input",
+    "publish_request",
+    "wait_for_answer",
+    "why_no_human_in_the_loop",
+]
 
 RENDERED_FIELD = "approval_request"
 """The rendered field that always shows the current round's request."""
@@ -37,12 +44,24 @@ def _standard_provider() -> Any:
         from airflow.providers.standard import version_compat
     except ImportError as error:  # pragma: no cover - the provider is a dependency
         raise RuntimeError(
-            "tool calls that need approval use Airflow's human-in-the-loop support from "
-            "apache-airflow-providers-standard (Airflow 3.1+); install it"
+            "asking a person (tool calls that need approval, calls whose outcome is unknown) uses Airflow's "
+            "human-in-the-loop support from apache-airflow-providers-standard (Airflow 3.1+), which is not installed"
         ) from error
     if not version_compat.AIRFLOW_V_3_1_PLUS:  # pragma: no cover - this package needs 3.1
-        raise RuntimeError("tool calls that need approval need Airflow 3.1 or later (human-in-the-loop)")
+        raise RuntimeError(
+            "asking a person (tool calls that need approval, calls whose outcome is unknown) needs Airflow 3.1 or "
+            "later (human-in-the-loop)"
+        )
     return version_compat
+
+
+def why_no_human_in_the_loop() -> str:
+    """Why this Airflow cannot ask a person (the standard provider's human-in-the-loop is missing); "" when it can."""
+    try:
+        _standard_provider()
+    except RuntimeError as error:
+        return str(error)
+    return ""
 
 
 def parks_for_input() -> bool:

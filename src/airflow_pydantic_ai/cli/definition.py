@@ -21,6 +21,7 @@ __all__ = ["CACHE_COMMANDS", "get_cli_commands"]
 
 _COMMANDS = "airflow_pydantic_ai.cli.cache_command"
 _FIXTURE_COMMANDS = "airflow_pydantic_ai.cli.fixture_command"
+_RESOLVE_COMMAND = "airflow_pydantic_ai.cli.resolve_command"
 
 
 def _positive(text: str) -> int:
@@ -100,6 +101,24 @@ ARG_VERIFY_TASK_ID = Arg(
 ARG_SUBDIR = Arg(
     ("--subdir",), metavar="PATH", help="The DAG file or folder to load the DAG from (default: [core] dags_folder)"
 )
+ARG_CALL = Arg(
+    ("--call",),
+    required=True,
+    metavar="REF",
+    help="The call in doubt: the start of its key (its ref, as the task log and the error show it) or its tool call id",
+)
+ARG_HAPPENED = Arg(
+    ("--happened",),
+    action="store_true",
+    help="Its side effect happened: the call is not run again, and the model is given --result as what it returned",
+)
+ARG_RESULT = Arg(
+    ("--result",),
+    metavar="JSON_OR_TEXT",
+    help="With --happened: what the call returned, given to the model (read as JSON when it parses, else as text)",
+)
+ARG_RERUN = Arg(("--rerun",), action="store_true", help="Run the call once more (its side effect may happen twice)")
+ARG_FAIL = Arg(("--fail",), action="store_true", help="Fail the task when a try reaches the call")
 
 CACHE_COMMANDS = (
     ActionCommand(
@@ -151,6 +170,26 @@ CACHE_COMMANDS = (
         ),
     ),
     ActionCommand(
+        name="resolve",
+        help=(
+            "Record what happened to an at_most_once() tool call a try started and never finished (it happened, "
+            "with its result; run it again; or fail the task); the next try applies it"
+        ),
+        func=lazy_load_command(f"{_RESOLVE_COMMAND}.cache_resolve"),
+        args=(
+            ARG_DAG_ID,
+            ARG_RUN_ID,
+            ARG_TASK_ID,
+            ARG_CALL,
+            ARG_HAPPENED,
+            ARG_RESULT,
+            ARG_RERUN,
+            ARG_FAIL,
+            ARG_MAP_INDEX,
+            ARG_ITERATION,
+        ),
+    ),
+    ActionCommand(
         name="gc",
         help=(
             "Delete every durable cache no task instance will read again (succeeded, failed for good, "
@@ -194,7 +233,10 @@ def get_cli_commands() -> list[CLICommand]:
             subcommands=[
                 GroupCommand(
                     name="cache",
-                    help="List, show, delete, clean up, export and verify the durable caches of agent tasks",
+                    help=(
+                        "List, show, delete, clean up, export and verify the durable caches of agent tasks, and "
+                        "resolve calls whose outcome is unknown"
+                    ),
                     subcommands=CACHE_COMMANDS,
                 )
             ],

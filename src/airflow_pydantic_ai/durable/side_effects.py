@@ -8,7 +8,8 @@ For a DAG author (also ``from airflow_pydantic_ai import ...``):
   (``checkpoint.py``: :class:`ToolCheckpoint`, and :class:`CheckpointRefused` for a value it cannot keep).
 
 For the Airflow side (asking a person, the ``cache resolve`` command, the view): :class:`OutcomeRules`,
-:class:`CallInDoubt`, :class:`Resolution`, :class:`AskAboutOutcome` and :class:`OutcomeUnknown`.
+:class:`CallInDoubt`, :class:`Resolution`, :class:`AskAboutOutcome` and :class:`OutcomeUnknown` (built with
+:func:`unknown_outcome_error`).
 
 ``docs/side_effects.rst`` says, for each kind of tool, what happens at each point a try can be cut off.
 Names are imported on first use, as on the other faces.
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
         UnknownOutcome,
         parse_result,
         resolution_entry,
+        unknown_outcome_error,
     )
     from airflow_pydantic_ai.durable.steps.checkpoint import CheckpointRefused, ToolCheckpoint, tool_checkpoint
     from airflow_pydantic_ai.durable.steps.idempotency import idempotency_key
@@ -56,6 +58,7 @@ __all__ = [
     "parse_result",
     "resolution_entry",
     "tool_checkpoint",
+    "unknown_outcome_error",
 ]
 
 _HOMES = {
@@ -76,6 +79,7 @@ _HOMES = {
             "UnknownOutcome",
             "parse_result",
             "resolution_entry",
+            "unknown_outcome_error",
         ),
         "steps.at_most_once",
     ),

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable import Region, TaskIdentity
-from airflow_pydantic_ai.durable_task.settings import DurableArguments, DurableSettings
+from airflow_pydantic_ai.durable_task.settings import (
+    DurableArguments,
+    DurableSettings,
+    check_on_unknown_outcome,
+    on_unknown_outcome_option,
+)
 from airflow_pydantic_ai.durable_task.which_try import (
     ThisTry,
     cache_belongs_to_this_dag_run,
@@ -26,15 +31,18 @@ if TYPE_CHECKING:
     from pydantic_ai.usage import UsageLimits
 
     from airflow_pydantic_ai.durable import DurableRun, TaskLogger
+    from airflow_pydantic_ai.durable.side_effects import OutcomeRules
     from airflow_pydantic_ai.durable_task.modes import ModeSettings
 
 __all__ = [
+    "NO_PERSON_IN_A_PLAIN_TASK",
     "cache_resolve_command",
     "cache_rm_command",
     "delete_cache_after_success",
     "durable_attempt",
     "hint_at_retries",
     "note_how_the_try_ends",
+    "outcome_rules",
     "span_attributes",
     "start_durable_run",
 ]
@@ -58,6 +66,32 @@ def _cache_command(verb: str, identity: TaskIdentity) -> str:
     if identity.region is not None and identity.region.iteration is not None:
         words += ["--iteration", str(identity.region.iteration)]
     return shlex.join(words)
+
+
+NO_PERSON_IN_A_PLAIN_TASK = (
+    "a plain @task with durable_attempt() has no human-in-the-loop step: use AgentOperator / @task.pydantic_ai, "
+    "or on_unknown_outcome='fail'/'rerun'"
+)
+"""Why ``on_unknown_outcome='ask'`` fails in :func:`durable_attempt` (the error that fails the task says it)."""
+
+
+def outcome_rules(choice: str | None, identity: TaskIdentity, *, no_person: str | None) -> OutcomeRules:
+    """What this try does with an at-most-once call an earlier try started and never finished.
+
+    ``choice``: the task's ``on_unknown_outcome`` (None: ``[pydantic_ai] durable_on_unknown_outcome``).
+    ``no_person``: why nobody can be asked in this try; None when the task asks through human-in-the-loop
+    (the operator), where Airflow offers it.
+    """
+    from airflow_pydantic_ai.approval.wait import why_no_human_in_the_loop
+    from airflow_pydantic_ai.durable.side_effects import OutcomeRules
+
+    why = no_person if no_person is not None else why_no_human_in_the_loop()
+    return OutcomeRules(
+        on_unknown=on_unknown_outcome_option(choice),  # type: ignore[arg-type]  # checked: ask, fail or rerun
+        can_ask=not why,
+        resolve_command=cache_resolve_command(identity),
+        **({"why_no_person": why} if why else {}),
+    )
 
 
 def task_identity(ti: Any, context: Any = None) -> TaskIdentity:
@@ -98,6 +132,7 @@ def start_durable_run(
     resuming: bool = False,
     modes: ModeSettings | None = None,
     usage_limits: UsageLimits | None = None,
+    no_person: str | None = None,
 ) -> DurableRun:
     """Open the durable cache of the running task instance and start this try.
 
@@ -110,6 +145,9 @@ def start_durable_run(
     the tries of the task instance). None: the ``[pydantic_ai]`` options decide everything.
 
     ``modes``: the task's ``durable_mode`` and fixtures, read from ``arguments`` (``modes.py``).
+
+    ``no_person``: why nobody can be asked about a call in doubt in this try (:func:`durable_attempt`); None:
+    the task asks through human-in-the-loop (``on_unknown_outcome='ask'``, :func:`outcome_rules`).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
@@ -160,6 +198,7 @@ def start_durable_run(
         budget=usage_limits if across_tries and usage_limits is not None else None,  # issue 22
         policy=policy,
         recording=recording,
+        unknown_outcome=outcome_rules(arguments.on_unknown_outcome, identity, no_person=no_person),
     )
     run = DurableRun.open(store, attempt=this_try.try_number or 1, log=log, options=options)
     if after_clear is not None and not after_clear.fresh:
@@ -198,7 +237,11 @@ def delete_cache_after_success(task: Any, run: DurableRun) -> None:
 
 @contextmanager
 def durable_attempt(
-    context: Any = None, *, cache_path: str | None = None, log: TaskLogger | None = None
+    context: Any = None,
+    *,
+    cache_path: str | None = None,
+    log: TaskLogger | None = None,
+    on_unknown_outcome: str | None = None,
 ) -> Iterator[DurableRun]:
     """Make every agent run inside the block durable, in a plain ``@task`` (or any Python callable a task runs).
 
@@ -224,6 +267,10 @@ def durable_attempt(
     :param context: The task's Airflow context (default: the running task's, ``get_current_context()``).
     :param cache_path: Overrides ``[pydantic_ai] durable_cache_path`` for this task.
     :param log: Where the durable lines go (default: the task's own log, as an operator's).
+    :param on_unknown_outcome: What an ``at_most_once()`` call an earlier try started and never finished does:
+        ``"fail"`` (the task fails, naming the call and the ``cache resolve`` command) or ``"rerun"`` (it runs
+        again, with a WARNING). Nobody can be asked here, so ``"ask"`` behaves as ``"fail"`` and says why.
+        None: ``[pydantic_ai] durable_on_unknown_outcome``.
     """
     from airflow_pydantic_ai.durable import attempt_block
     from airflow_pydantic_ai.durable_task.report import publish_report
@@ -234,7 +281,10 @@ def durable_attempt(
         context = get_current_context()
     task_log = getattr(context.get("task"), "log", None) if hasattr(context, "get") else None
     logger: TaskLogger = log if log is not None else task_log or logging.getLogger("airflow.task")
-    run = start_durable_run(context, log=logger, arguments=DurableArguments(cache_path=cache_path))
+    if on_unknown_outcome is not None:
+        check_on_unknown_outcome(on_unknown_outcome, "durable_attempt(on_unknown_outcome=...) ")
+    arguments = DurableArguments(cache_path=cache_path, on_unknown_outcome=on_unknown_outcome)
+    run = start_durable_run(context, log=logger, arguments=arguments, no_person=NO_PERSON_IN_A_PLAIN_TASK)
     task = context.get("task") if hasattr(context, "get") else None
     # issue 22: the report as XCom durable_report and Airflow metrics; replayed steps kept out of telemetry
     run.when_ended(lambda report: publish_report(context, report, log=logger, push=getattr(task, "do_xcom_push", True)))

@@ -1,9 +1,9 @@
 """Every ``[pydantic_ai]`` option a durable task reads, read and checked here, once: where the cache lives
 (``durable_cache_path``, checked and opened as a :class:`CacheBase`), ``durable_storage_errors``,
-``durable_storage_timeout``, ``durable_encrypt``, ``durable_budget_across_tries``, ``durable_mode`` and
-``on_clear``. :class:`DurableSettings` is the one frozen value a try starts from. The ``ObjectStoragePath`` is
-built at execution time (a path that names a connection looks it up in its constructor); every
-misconfiguration fails here, before any model call, with a message naming the option to fix.
+``durable_storage_timeout``, ``durable_encrypt``, ``durable_budget_across_tries``, ``durable_mode``,
+``durable_on_unknown_outcome`` and ``on_clear``. :class:`DurableSettings` is the one frozen value a try starts from.
+The ``ObjectStoragePath`` is built at execution time (a path that names a connection looks it up in its
+constructor); every misconfiguration fails here, before any model call, with a message naming the option to fix.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ __all__ = [
     "DurableArguments",
     "DurableSettings",
     "check_on_clear",
+    "check_on_unknown_outcome",
     "configured",
     "default_cache_path",
+    "on_unknown_outcome_option",
     "open_cache_base",
     "resolve_cache_path",
 ]
@@ -316,6 +318,34 @@ def configured_mode() -> str:
     return configured("durable_mode", "auto") or "auto"
 
 
+DEFAULT_ON_UNKNOWN_OUTCOME = "ask"
+
+
+def check_on_unknown_outcome(value: Any, where: str, *, shown: Any = None) -> str:
+    """``value`` as an ``on_unknown_outcome`` choice (ask, fail, rerun); a ``DurableConfigError`` (a ``ValueError``)
+    saying ``{where}{shown!r} is not one of ask, fail, rerun`` and what each does otherwise. The one check, for
+    the task's argument (when the DAG is parsed) and for the option (when a try starts)."""
+    from airflow_pydantic_ai.durable.side_effects import UNKNOWN_OUTCOME_CHOICES
+
+    if value not in UNKNOWN_OUTCOME_CHOICES:
+        raise DurableConfigError(
+            f"{where}{value if shown is None else shown!r} is not one of {', '.join(UNKNOWN_OUTCOME_CHOICES)} "
+            "(what a try does with an at_most_once() call an earlier try started and never finished: ask a "
+            "person, fail the task, or run it again)"
+        )
+    return str(value)
+
+
+def on_unknown_outcome_option(override: str | None = None) -> str:
+    """``on_unknown_outcome=`` when given (checked when the task was built), else ``[pydantic_ai]
+    durable_on_unknown_outcome``, checked."""
+    if override is not None:
+        return override
+    raw = configured("durable_on_unknown_outcome", DEFAULT_ON_UNKNOWN_OUTCOME)
+    value = raw.lower() or DEFAULT_ON_UNKNOWN_OUTCOME
+    return check_on_unknown_outcome(value, f"[{CONFIG_SECTION}] durable_on_unknown_outcome ", shown=raw)
+
+
 @dataclass(frozen=True)
 class DurableArguments:
     """A task's ``durable_*`` arguments, as ``AgentOperator`` (and so ``@task.pydantic_ai``) hands them to the
@@ -332,3 +362,5 @@ class DurableArguments:
     live_tools: Collection[str] = ()
     keep_cache: bool = False
     budget_across_tries: bool | None = None
+    on_unknown_outcome: str | None = None
+    """``ask``, ``fail`` or ``rerun`` (checked when the task was built, :func:`check_on_unknown_outcome`)."""

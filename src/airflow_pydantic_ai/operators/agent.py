@@ -40,6 +40,8 @@ class AgentOperator(BaseOperator):
     With ``durable=True``, tools that need approval (``requires_approval=True``, ``ApprovalRequired``)
     make the task ask a person through Airflow's human-in-the-loop request and wait without a worker
     slot; the answer's decisions are recorded like steps and the run goes on (see ``docs/approval.rst``).
+    So does an ``at_most_once()`` tool call that an earlier try started and never finished, as
+    ``on_unknown_outcome`` says (see ``docs/side_effects.rst``).
 
     :param prompt: The user prompt. (templated)
     :param llm_conn_id: A ``pydantic_ai`` connection (API key, base URL, model in its extra). With
@@ -69,12 +71,21 @@ class AgentOperator(BaseOperator):
     :param approval_timeout: How long a person has to approve or reject tool calls that need approval
         (``requires_approval=True``, ``ApprovalRequired``); None waits without limit. Needs ``durable=True``.
     :param on_approval_timeout: ``"fail"`` (default) fails the task when nobody answered in time;
-        ``"reject"`` rejects the pending calls (the model is told so) and the run goes on.
+        ``"reject"`` rejects the pending calls (the model is told so) and the run goes on. A question about a
+        call whose outcome is unknown always fails the task at the timeout.
     :param on_clear: What a try started by clearing the task does with its cache: ``"resume"`` (replay what
         was recorded) or ``"fresh"`` (discard it, run every step live). None (default) uses ``[pydantic_ai]
         on_clear`` (``resume`` unless set). On Airflow 3.4 the person who clears decides instead
         (``keep_task_state``); this applies there only when the task-state store cannot be read. Retries
         are never affected. See ``docs/durability.rst``.
+    :param on_unknown_outcome: What a try does with an ``at_most_once()`` tool call that an earlier try started
+        and never finished (the try was cut off while it ran): ``"ask"`` stops and asks a person on the task's
+        Required Actions page whether it happened ("It happened", with the result to give the model; "Run it
+        again"; "Fail the task"), waiting without a worker slot as for approvals (``approval_timeout``,
+        ``approval_assigned_users``; nobody answering in time fails the task); ``"fail"`` fails the task, naming
+        the call and the ``airflow pydantic-ai cache resolve`` command; ``"rerun"`` runs the call again with a
+        WARNING. None (default): ``[pydantic_ai] durable_on_unknown_outcome`` (``ask`` unless set). See
+        ``docs/side_effects.rst``.
     :param approval_assigned_users: Who may answer (Airflow's ``HITLUser`` dicts ``{"id": ..., "name": ...}``);
         empty: anyone allowed by the auth manager to answer human-in-the-loop requests of this DAG.
     :param durable_mode: ``"auto"`` (replay what was recorded, run the rest live), ``"replay"`` (run nothing
@@ -116,6 +127,7 @@ class AgentOperator(BaseOperator):
         on_approval_timeout: str = "fail",
         approval_assigned_users: Any = None,
         on_clear: str | None = None,
+        on_unknown_outcome: str | None = None,
         durable_mode: str | None = None,
         durable_fixtures: str | None = None,
         durable_live_tools: Collection[str] = (),
@@ -128,6 +140,11 @@ class AgentOperator(BaseOperator):
 
             check_on_clear(on_clear, "AgentOperator on_clear=")
         self.on_clear = on_clear
+        if on_unknown_outcome is not None:
+            from airflow_pydantic_ai.durable_task.settings import check_on_unknown_outcome
+
+            check_on_unknown_outcome(on_unknown_outcome, "AgentOperator on_unknown_outcome=")
+        self.on_unknown_outcome = on_unknown_outcome
         from airflow_pydantic_ai.approval import ApprovalSettings
 
         self.approval = ApprovalSettings.checked(approval_timeout, on_approval_timeout, approval_assigned_users)
@@ -214,6 +231,7 @@ class AgentOperator(BaseOperator):
             live_tools=self.durable_live_tools,
             keep_cache=self.durable_keep_cache,
             budget_across_tries=self.budget_across_tries,
+            on_unknown_outcome=self.on_unknown_outcome,
         )
         self._modes = ModeSettings.of(arguments)
         if not self._modes.durable(arguments.durable):
@@ -256,15 +274,22 @@ class AgentOperator(BaseOperator):
                 from airflow_pydantic_ai.approval import record_answer
 
                 record_answer(run, resume, settings=self.approval, log=self.log)
-            result = run_agent(
-                run,
-                agent,
-                prompt,
-                model=model,
-                usage_limits=self.usage_limits,
-                deps=self.deps,
-                event_stream_handler=self.event_stream_handler,
-            )
+            from airflow_pydantic_ai.durable.side_effects import AskAboutOutcome
+
+            try:
+                result = run_agent(
+                    run,
+                    agent,
+                    prompt,
+                    model=model,
+                    usage_limits=self.usage_limits,
+                    deps=self.deps,
+                    event_stream_handler=self.event_stream_handler,
+                )
+            except AskAboutOutcome as question:  # on_unknown_outcome='ask': a call an earlier try never finished
+                from airflow_pydantic_ai.approval import ask_about_outcome
+
+                ask_about_outcome(self, context, question.call, settings=self.approval, previous=resume, log=self.log)
             from airflow_pydantic_ai.durable import WaitingForDecisions
 
             if isinstance(result, WaitingForDecisions):

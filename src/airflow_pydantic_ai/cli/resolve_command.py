@@ -1,0 +1,115 @@
+"""``airflow pydantic-ai cache resolve``: record what happened to a call whose outcome is unknown.
+
+A call is in doubt when an earlier try started an ``at_most_once()`` tool call and was cut off before it finished
+(``cache_tools/doubts.py``). ``resolve DAG RUN TASK --call REF`` records the answer a person would give on the
+task's Required Actions page: ``--happened`` (with ``--result``, what the model is told the call returned),
+``--rerun`` (run it once more) or ``--fail`` (fail the task). The next try that reaches the call applies it; the
+command says how to start that try. The entry is written through the task's own store (same prefix, same
+Fernet cipher when ``durable_encrypt`` is on).
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from airflow_pydantic_ai.cli.cache_command import _configured, _describe, _identity, _open, _user_errors, _UserError
+
+if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.side_effects import Answer
+
+__all__ = ["RESOLVED_VIA", "cache_resolve"]
+
+RESOLVED_VIA = "airflow pydantic-ai cache resolve"
+"""How an answer recorded by this command reached the task (a ``Resolution``'s ``via``)."""
+
+
+def _answer(args: Any) -> Answer:
+    chosen = [name for name in ("happened", "rerun", "fail") if getattr(args, name)]
+    if len(chosen) != 1:
+        raise _UserError(
+            "say what happened to the call: --happened [--result JSON_OR_TEXT] (it happened; the model is given the "
+            "result), --rerun (run it once more) or --fail (fail the task); exactly one"
+        )
+    if args.result is not None and chosen != ["happened"]:
+        raise _UserError("--result goes with --happened (the result the model is given for the call that happened)")
+    return cast("Answer", chosen[0])
+
+
+def _listing(doubts: list[Any]) -> str:
+    lines = []
+    for doubt in doubts:
+        state = doubt.resolution.describe() if doubt.resolution is not None else "not answered"
+        lines.append(f"  ref {doubt.ref}: {doubt.describe()}; {state}")
+    return "\n".join(lines)
+
+
+def _os_user() -> str | None:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment (a container without one): the answer names nobody
+        return None
+
+
+@_configured
+def cache_resolve(args: Any) -> None:
+    """Record the answer about one call in doubt of a task instance's cache."""
+    from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt, find_call
+    from airflow_pydantic_ai.durable.side_effects import Resolution, parse_result, resolution_entry
+
+    with _user_errors():
+        answer = _answer(args)
+        identity = _identity(args)
+        access = _open(identity)
+        doubts = calls_in_doubt(access.reader, warn=lambda message: print(f"warning: {message}", file=sys.stderr))
+        if not doubts:
+            raise _UserError(
+                f"the cache of {_describe(identity)} holds no call in doubt (an at_most_once() call a try started "
+                f"and never finished), so there is nothing to resolve (looked at {access.location})"
+            )
+        matches = find_call(doubts, args.call)
+        if len(matches.found) != 1:
+            problem = (
+                "matches no call in doubt" if not matches.found else "names more than one call: give more of the ref"
+            )
+            raise _UserError(
+                f"--call {args.call!r} {problem}. The calls in doubt of {_describe(identity)}:\n" + _listing(doubts)
+            )
+        doubt = matches.found[0]
+        who: dict[str, Any] = {"answered_by": _os_user(), "via": RESOLVED_VIA, "answered_at": time.time()}
+        if answer == "happened":
+            resolution = Resolution.happened(doubt.started, parse_result(args.result), **who)
+        else:
+            resolution = Resolution(answer, doubt.started.attempt, doubt.started.started_at, **who)
+        access.store.put(resolution_entry(doubt, resolution))
+        replaced = f" (replacing: {doubt.resolution.describe()})" if doubt.resolution is not None else ""
+        started = f"started by try {doubt.started.attempt} at {doubt.started.when}"
+        print(f"Recorded for {doubt.label} (ref {doubt.ref}, {started}): {resolution.describe()}{replaced}")
+        print(_next_step(identity, answer))
+
+
+def _next_step(identity: Any, answer: str) -> str:
+    from airflow_pydantic_ai.cache_tools import task_states
+
+    try:
+        state = task_states.state_of(identity)
+    except Exception:  # the metadata database is out of reach here: the answer is recorded all the same
+        state = ""
+    applies = {
+        "happened": "the call is not run again and the model is given the result",
+        "rerun": "the call runs once more",
+        "fail": "the task fails, naming the call",
+    }[answer]
+    if state in ("awaiting_input", "deferred"):
+        return (
+            f"The task instance is {state}: it resumes when its question is answered on the Required Actions page "
+            f"(an answer there replaces this one) or when its approval_timeout passes (then this one applies: "
+            f"{applies})."
+        )
+    where = f"The task instance is {state}. " if state else ""
+    return (
+        f"{where}The next try that reaches the call applies it ({applies}): clear the task instance, or let its next "
+        "retry run."
+    )

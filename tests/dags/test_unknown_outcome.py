@@ -1,0 +1,229 @@
+"""A call cut off mid-run under real ``dag.test()`` runs: ``on_unknown_outcome`` fail, rerun, ask, and cache resolve.
+
+Try 1 is cut off while ``charge_card`` runs, after the card was charged: the tool raises a ``BaseException`` that is
+not an ``Exception`` (``CutOff``), which is what a killed worker looks like from the cache: the call's start is
+recorded, its result never is. Airflow's task runner fails that try, and try 2 finds the call in doubt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.airflow_run import clear_and_rerun, current_try, make_dag, run_dag, task_states, xcom_value
+from tests.helpers.compat import requires_approval_parking
+from tests.helpers.hitl_api import HitlApi, Responder, choose, sweep_timeouts_after
+
+from airflow_pydantic_ai import at_most_once
+
+pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
+PARKS = requires_approval_parking()
+
+CHARGES: list[int] = []
+"""The card charges that happened, by the try that made them."""
+MODEL_SAW: list[str] = []
+"""What the model was told the call returned."""
+
+
+class CutOff(BaseException):
+    """The worker died while the tool ran (after its side effect)."""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counts() -> None:
+    CHARGES.clear()
+    MODEL_SAW.clear()
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory, airflow_db: None) -> HitlApi:
+    return HitlApi.start(tmp_path_factory.mktemp("api"))
+
+
+def _cashier(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    returns = [part for message in messages if isinstance(message, ModelRequest) for part in message.parts]
+    results = [part for part in returns if isinstance(part, ToolReturnPart)]
+    if results:
+        MODEL_SAW.append(json.dumps(results[-1].content, default=str))
+        return ModelResponse(parts=[TextPart(f"settled: {json.dumps(results[-1].content, default=str)}")])
+    arguments = {"customer": "acme", "amount_cents": 4200, "api_key": "sk-live-do-not-show"}
+    return ModelResponse(parts=[ToolCallPart("charge_card", arguments, tool_call_id="charge-1")])
+
+
+def cashier(cut_off_on_try: int | None = 1) -> Agent[None, str]:
+    agent = Agent(FunctionModel(_cashier), name="cashier")
+
+    @agent.tool_plain(metadata=at_most_once())
+    def charge_card(customer: str, amount_cents: int, api_key: str) -> str:
+        """Charge the customer's card."""
+        CHARGES.append(current_try())
+        if current_try() == cut_off_on_try:
+            raise CutOff
+        return f"receipt r-{len(CHARGES)}"
+
+    return agent
+
+
+def charge_dag(dag_id: str, retries: int = 1, **operator_kwargs: Any) -> Any:
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    with make_dag(dag_id, retries=retries) as dag:
+        AgentOperator(
+            task_id="charge",
+            prompt="Settle invoice 118",
+            agent=operator_kwargs.pop("agent", None) or cashier(),
+            durable=True,
+            **operator_kwargs,
+        )
+    return dag
+
+
+def test_fail_stops_the_retry_and_names_the_call_and_the_resolve_command(capfd: pytest.CaptureFixture[str]) -> None:
+    dr = run_dag(charge_dag("unknown_fail", on_unknown_outcome="fail"))
+    out = capfd.readouterr().out
+    assert dr.state == "failed", out[-5000:]
+    assert task_states(dr)[("charge", -1)] == ("failed", 2)
+    assert CHARGES == [1]  # the retry did not charge again
+    assert "OutcomeUnknown" in out
+    assert "tool charge_card (call charge-1) was started by try 1" in out
+    assert f"airflow pydantic-ai cache resolve unknown_fail {dr.run_id} charge --call " in out
+    assert "on_unknown_outcome='fail'" in out
+    assert "sk-live-do-not-show" not in out
+
+
+def test_rerun_runs_the_call_again_with_a_warning(capfd: pytest.CaptureFixture[str]) -> None:
+    dr = run_dag(charge_dag("unknown_rerun", on_unknown_outcome="rerun"))
+    out = capfd.readouterr().out
+    assert dr.state == "success", out[-5000:]
+    assert CHARGES == [1, 2]
+    assert "its outcome is unknown and it runs again (on_unknown_outcome='rerun')" in out
+    assert xcom_value(dr, "charge") == 'settled: "receipt r-2"'
+
+
+def test_the_option_decides_when_the_task_does_not(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_ON_UNKNOWN_OUTCOME", "rerun")
+    dr = run_dag(charge_dag("unknown_option"))
+    assert dr.state == "success", capfd.readouterr().out[-5000:]
+    assert CHARGES == [1, 2]
+
+
+def test_a_bad_option_fails_the_task_naming_it(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_ON_UNKNOWN_OUTCOME", "retry")
+    dr = run_dag(charge_dag("unknown_bad_option", retries=0))
+    out = capfd.readouterr().out
+    assert dr.state == "failed"
+    assert "[pydantic_ai] durable_on_unknown_outcome 'retry' is not one of ask, fail, rerun" in out
+    assert CHARGES == []  # checked when the try starts, before any step
+
+
+@PARKS
+def test_ask_waits_and_an_answer_it_happened_gives_the_model_the_result(
+    api: HitlApi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    dag = charge_dag("unknown_ask_happened")
+    answer = choose("It happened", user="alice", result='{"receipt": "r-1", "amount_cents": 4200}')
+    with Responder(api, "unknown_ask_happened", "charge", [answer]) as responder:
+        dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "success", out[-5000:]
+    assert CHARGES == [1]  # charged once, by the try that was cut off
+    assert MODEL_SAW == ['{"receipt": "r-1", "amount_cents": 4200}']
+    assert xcom_value(dr, "charge") == 'settled: {"receipt": "r-1", "amount_cents": 4200}'
+    assert task_states(dr)[("charge", -1)] == ("success", 2)
+    detail = responder.details[0]
+    assert detail["subject"] == "unknown_ask_happened.charge: did this tool call happen?"
+    assert detail["options"] == ["It happened", "Run it again", "Fail the task"]
+    body = detail["body"]
+    assert "`charge_card`" in body and "call id `charge-1`" in body and "in try 1 at " in body and " UTC" in body
+    assert '"customer": "acme"' in body and "sk-live-do-not-show" not in body and "***" in body
+    assert "result" in detail["params"]
+    assert "Unknown outcome: waiting for an answer (It happened / Run it again / Fail the task)" in out
+    assert "alice answered 'it happened' (the Required Actions page)" in out
+
+
+@PARKS
+def test_an_answer_fail_the_task_fails_it_with_the_call_named(api: HitlApi, capfd: pytest.CaptureFixture[str]) -> None:
+    dag = charge_dag("unknown_ask_fail", retries=1)
+    with Responder(api, "unknown_ask_fail", "charge", [choose("Fail the task", user="alice")]):
+        dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "failed", out[-5000:]
+    assert CHARGES == [1]
+    assert "alice answered 'fail the task' (the Required Actions page)" in out
+    assert "tool charge_card (call charge-1) was started by try 1" in out
+
+
+@PARKS
+def test_nobody_answering_in_time_fails_the_task(api: HitlApi, capfd: pytest.CaptureFixture[str]) -> None:
+    from datetime import timedelta
+
+    dag = charge_dag("unknown_ask_timeout", approval_timeout=timedelta(seconds=1), on_approval_timeout="reject")
+    with Responder(api, "unknown_ask_timeout", "charge", [sweep_timeouts_after(1.5)]) as responder:
+        dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "failed", out[-5000:]
+    assert CHARGES == [1]
+    assert "Nobody answering within 0:00:01 fails the task." in responder.details[0]["body"]
+    assert "nobody answered within the approval_timeout" in out
+
+
+def _resolve_args(dr: Any, *answer: str, result: str | None = None) -> argparse.Namespace:
+    return argparse.Namespace(
+        dag_id=dr.dag_id,
+        run_id=dr.run_id,
+        task_id="charge",
+        call="charge-1",
+        happened="--happened" in answer,
+        rerun="--rerun" in answer,
+        fail="--fail" in answer,
+        result=result,
+        map_index=-1,
+        iteration=None,
+    )
+
+
+def test_cache_resolve_rerun_then_clear_runs_the_call_again(
+    capfd: pytest.CaptureFixture[str], cache_base: Path
+) -> None:
+    from airflow_pydantic_ai.cli.resolve_command import cache_resolve
+
+    dag = charge_dag("unknown_resolve_rerun", on_unknown_outcome="fail")
+    dr = run_dag(dag)
+    assert dr.state == "failed"
+    assert CHARGES == [1]
+    capfd.readouterr()
+
+    cache_resolve(_resolve_args(dr, "--rerun"))
+    said = capfd.readouterr().out
+    assert "Recorded for tool charge_card (call charge-1)" in said and "answered 'run it again'" in said
+    assert "airflow pydantic-ai cache resolve" in said and "clear the task instance" in said
+
+    state, try_number = clear_and_rerun(dag, dr, "charge")
+    out = capfd.readouterr().out
+    assert (state, try_number) == ("success", 3), out[-5000:]
+    assert CHARGES == [1, 3]
+    assert "answered 'run it again' (airflow pydantic-ai cache resolve): it runs again" in out
+
+
+def test_cache_resolve_happened_then_clear_replays_the_result_given(capfd: pytest.CaptureFixture[str]) -> None:
+    from airflow_pydantic_ai.cli.resolve_command import cache_resolve
+
+    dag = charge_dag("unknown_resolve_happened", on_unknown_outcome="fail")
+    dr = run_dag(dag)
+    assert dr.state == "failed"
+    cache_resolve(_resolve_args(dr, "--happened", result="receipt r-1 (from the bank's dashboard)"))
+    state, _ = clear_and_rerun(dag, dr, "charge")
+    out = capfd.readouterr().out
+    assert state == "success", out[-5000:]
+    assert CHARGES == [1]
+    assert MODEL_SAW == ['"receipt r-1 (from the bank\'s dashboard)"']
