@@ -132,7 +132,9 @@ def test_resolve_rerun_from_the_cli_then_clear_runs_the_call_again(
         env={**os.environ, **encrypted_cache},
     )
     assert show.returncode == 0, show.stderr
-    assert f"ref {command.rsplit(' ', 1)[1]}: tool charge_card (call charge-1) was started by try 1" in show.stderr
+    ref = command.rsplit(" ", 1)[1]
+    assert f"  {ref}  tool charge_card  call charge-1: outcome unknown: started by try 1 at " in show.stdout
+    assert f"resolve: {command.split(' --call ')[0]} --call {ref} --happened" in show.stdout
 
     resolved = _cli(encrypted_cache, *ids, "--call", command.rsplit(" ", 1)[1], "--rerun")
     assert resolved.returncode == 0, resolved.stderr
