@@ -30,12 +30,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from airflow_pydantic_ai.durable.errors import DurableError
+from airflow_pydantic_ai.durable.errors import DurableError, describe_error
 from airflow_pydantic_ai.durable.steps.outcome import Returned, decode_outcome, encode_outcome
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.owner import StepOwner
+    from airflow_pydantic_ai.durable.steps.owner import AttemptOwner, StepOwner
     from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "StartedCall",
     "UnknownOutcome",
     "before_live_call",
+    "forget_mark",
     "mark_start",
     "masked",
     "parse_result",
@@ -381,6 +382,21 @@ def mark_start(run: StepOwner, step: ToolStep) -> None:
         "retry cannot tell and runs it again",
         step.shown(),
     )
+
+
+def forget_mark(run: AttemptOwner, name: str) -> None:
+    """Remove the start mark ``name`` (the call ended with an exception of its own, or drew a retry that may be
+    forgotten): a retry runs the call again instead of asking about it."""
+    run.entries.pop(name, None)
+    try:
+        run.store.remove(name)
+    except Exception as error:  # the mark stays: a retry asks about a call that in fact ended
+        run.log.warning(
+            "Durable: could not remove %s%s (%s); a retry treats that call's outcome as unknown",
+            run.store.location,
+            name,
+            describe_error(error),
+        )
 
 
 def resolution_entry(doubt: CallInDoubt, resolution: Resolution) -> StepEntry:

@@ -27,12 +27,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_pydantic_ai.durable.keys.fingerprint import digest
+from airflow_pydantic_ai.durable.keys.run_ids import stable_run_id
 from airflow_pydantic_ai.durable.storage.entry import TOP_PARENT
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.owner import StepOwner
 
-__all__ = ["TOP", "AttemptFamily", "Place", "RunScope", "attempt_scope", "current_place", "step_scope"]
+__all__ = [
+    "TOP",
+    "AttemptFamily",
+    "Place",
+    "RunScope",
+    "attempt_scope",
+    "current_place",
+    "draw_run_id",
+    "step_scope",
+]
 
 TOP = TOP_PARENT
 """The parent key of the runs at the attempt's top level."""
@@ -164,3 +174,20 @@ def step_scope(run: StepOwner, key: str | None, at: int) -> Iterator[None]:
         yield
     finally:
         _PLACE.reset(token)
+
+
+def draw_run_id(place: Place, family: AttemptFamily, owner: list[Any]) -> str | None:
+    """The stable ``run_id`` of an agent run starting at ``place`` in the task instance ``owner`` (see
+    :meth:`~airflow_pydantic_ai.durable.steps.run.DurableRun.stable_run_id`); None where the run has no stable
+    place. The run's index in ``place`` is drawn here and kept in ``place.drawn`` for the bind that follows."""
+    if place.parent is None and place.top_level and place.root_claims:
+        family.continuations += 1
+        return stable_run_id(owner, TOP, 0, family.continuations - 1)
+    if place.parent is None and not place.top_level:
+        return None
+    index = place.next_index()
+    run_id = stable_run_id(owner, place.parent or TOP, index)
+    if run_id in family.bound:
+        return None  # never two runs of one attempt under one id (a run already bound would stay unrecorded)
+    place.drawn[run_id] = index
+    return run_id

@@ -28,10 +28,8 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage, UsageLimits
 
 from airflow_pydantic_ai.durable.accounting import SummaryCounts
-from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter, KeyChain, ModelKey
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
-from airflow_pydantic_ai.durable.keys.run_ids import stable_run_id
 from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps import ending as ends
 from airflow_pydantic_ai.durable.steps import lookup
@@ -40,6 +38,7 @@ from airflow_pydantic_ai.durable.steps.at_most_once import (
     OutcomeRules,
     Resolution,
     before_live_call,
+    forget_mark,
     mark_start,
     resolution_entry,
 )
@@ -52,7 +51,7 @@ from airflow_pydantic_ai.durable.steps.cleanup import (
 from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
-from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, step_scope
+from airflow_pydantic_ai.durable.steps.nesting import TOP, AttemptFamily, Place, RunScope, draw_run_id, step_scope
 from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording, load_cache, replayed_from
 from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.report import AttemptOutcome, DurableReport
@@ -241,18 +240,7 @@ class DurableRun:
         :meth:`bind`. A run that claims the attempt's first run (``run_agent``) is numbered by continuation
         instead, since pydantic-ai refuses a continuation a ``run_id`` its history already holds.
         """
-        owner = self.store.owner or [self.store.root]
-        if place.parent is None and place.top_level and place.root_claims:
-            self.family.continuations += 1
-            return stable_run_id(owner, TOP, 0, self.family.continuations - 1)
-        if place.parent is None and not place.top_level:
-            return None
-        index = place.next_index()
-        run_id = stable_run_id(owner, place.parent or TOP, index)
-        if run_id in self.family.bound:
-            return None  # never two runs of one attempt under one id (a run already bound would stay unrecorded)
-        place.drawn[run_id] = index
-        return run_id
+        return draw_run_id(place, self.family, self.store.owner or [self.store.root])
 
     def nested(self, scope: RunScope, *, keyed: bool = True) -> DurableRun:
         """A run of the same attempt with its own key chain, started from ``scope`` (shares entries, writer, counts)."""
@@ -428,16 +416,7 @@ class DurableRun:
 
     def forget_mark(self, name: str) -> None:
         """An at-most-once call ended with an exception of its own: remove its start mark (a retry runs it again)."""
-        self.entries.pop(name, None)
-        try:
-            self.store.remove(name)
-        except Exception as error:  # the mark stays: a retry asks about a call that in fact failed
-            self.log.warning(
-                "Durable: could not remove %s%s (%s); a retry treats that call's outcome as unknown",
-                self.store.location,
-                name,
-                describe_error(error),
-            )
+        forget_mark(self, name)
 
     def resolve(self, doubt: CallInDoubt, resolution: Resolution) -> None:
         """Record what was decided about a call in doubt, and use it in this attempt."""
