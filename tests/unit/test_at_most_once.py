@@ -266,3 +266,13 @@ def test_the_error_masks_values_under_sensitive_keys_of_the_arguments() -> None:
         doubt = CallInDoubt("k" * 64, 1, "tool charge_card", StartedCall("charge_card", "c1", arguments, 1, 0.0))
         message = str(unknown_outcome_error(doubt, OutcomeRules(on_unknown="fail"), redact=redact, why="test"))
         assert '"amount": 42' in message and "sk-1" not in message and '"api_key": "***"' in message
+
+
+def test_the_cut_off_try_says_the_retry_will_not_run_the_call_again(harness: DurableHarness) -> None:
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    with pytest.raises(CutOff):
+        harness.run(agent, "charge it")
+    [line] = [line for line in harness.logs[-1].at("info") if "charge_card (call c1) failed" in line]
+    assert "a retry does not run it again but does what on_unknown_outcome says" in line
+    assert "runs again on a retry" not in line

@@ -200,6 +200,7 @@ class ToolStep:
             if isinstance(error, Exception) and self.started_mark is not None:
                 # The tool ended and said it failed: not a call cut off. A retry runs it again, as any tool.
                 self.run.forget_mark(self.started_mark)
+                self.started_mark = None
             failed = validator_failure(error) if validator_failure is not None else None
             if failed is None:
                 self._record_failure(error)
@@ -238,12 +239,18 @@ class ToolStep:
         self.abandoned = True
         self.run.step_ran(self.kind)
         self.run.not_stored()
+        on_retry = (
+            "it runs again on a retry"
+            if self.started_mark is None
+            else "its start is recorded, so a retry does not run it again but does what on_unknown_outcome says"
+        )
         self.run.log.warning(
             "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
-            "result is not recorded and it runs again on a retry",
+            "result is not recorded and %s",
             self.shown(),
             grace,
             time.monotonic() - self.started,
+            on_retry,
         )
 
     # --- recording outcomes ----------------------------------------------------------------------
@@ -282,12 +289,17 @@ class ToolStep:
         # The run fails (if it does) because of this call, not because of the model answer that asked
         # for it: that answer must stay cached, or its other tool calls would happen again.
         self.run.call_failed()
+        what_next = self.run.outlook.what_next()
+        if self.started_mark is not None:  # an at-most-once call cut off: its outcome is unknown
+            what_next = self.run.outlook.what_next(
+                "its start is recorded, so a retry does not run it again but does what on_unknown_outcome says"
+            )
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and %s",
             self.shown(),
             time.monotonic() - self.started,
             type(error).__name__,
-            self.run.outlook.what_next(),
+            what_next,
         )
 
     def _record_validator_failure(self, error: BaseException, index: int, value: Any, validator: str) -> None:
