@@ -255,8 +255,8 @@ def _doubt(run: StepOwner, step: ToolStep) -> CallInDoubt | None:
     """The call in doubt at ``step`` (an earlier start with no result), with its resolution; None when there is none."""
     assert step.key is not None
     mark = run.entries.get(entry_name(_STARTED, step.key))
-    if mark is None:
-        return None
+    if mark is None or entry_name("tool", step.key) in run.entries:
+        return None  # never started, or it finished (a tool named live in replay mode runs again by design)
     shown = step.shown()
     try:
         started = StartedCall.from_payload(mark.payload)
