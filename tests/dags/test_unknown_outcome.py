@@ -20,9 +20,11 @@ from tests.helpers.airflow_run import clear_and_rerun, current_try, make_dag, ru
 from tests.helpers.compat import requires_approval_parking
 from tests.helpers.hitl_api import HitlApi, Responder, choose, sweep_timeouts_after
 
-from airflow_pydantic_ai import at_most_once
+from airflow_pydantic_ai import _compat, at_most_once
 
 pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
+RESOLVE = " ".join([*_compat.cli_command_prefix(), "cache", "resolve"])
+"""The command as this Airflow spells it (``airflow-pydantic-ai`` on 3.1)."""
 PARKS = requires_approval_parking()
 
 CHARGES: list[int] = []
@@ -92,7 +94,7 @@ def test_fail_stops_the_retry_and_names_the_call_and_the_resolve_command(capfd: 
     assert CHARGES == [1]  # the retry did not charge again
     assert "OutcomeUnknown" in out
     assert "tool charge_card (call charge-1) was started by try 1" in out
-    assert f"airflow pydantic-ai cache resolve unknown_fail {dr.run_id} charge --call " in out
+    assert f"{RESOLVE} unknown_fail {dr.run_id} charge --call " in out
     assert "on_unknown_outcome='fail'" in out
     assert "sk-live-do-not-show" not in out
 
@@ -206,13 +208,13 @@ def test_cache_resolve_rerun_then_clear_runs_the_call_again(
     cache_resolve(_resolve_args(dr, "--rerun"))
     said = capfd.readouterr().out
     assert "Recorded for tool charge_card (call charge-1)" in said and "answered 'run it again'" in said
-    assert "airflow pydantic-ai cache resolve" in said and "clear the task instance" in said
+    assert RESOLVE in said and "clear the task instance" in said
 
     state, try_number = clear_and_rerun(dag, dr, "charge")
     out = capfd.readouterr().out
     assert (state, try_number) == ("success", 3), out[-5000:]
     assert CHARGES == [1, 3]
-    assert "answered 'run it again' (airflow pydantic-ai cache resolve): it runs again" in out
+    assert f"answered 'run it again' ({RESOLVE}): it runs again" in out
 
 
 def test_cache_resolve_happened_then_clear_replays_the_result_given(capfd: pytest.CaptureFixture[str]) -> None:

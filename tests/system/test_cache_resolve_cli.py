@@ -25,9 +25,11 @@ from tests.helpers.airflow_cli import AIRFLOW_BIN
 from tests.helpers.airflow_run import clear_and_rerun, current_try, make_dag, run_dag
 from tests.helpers.compat import airflow_reads_provider_cli, clear_fernet_cache
 
-from airflow_pydantic_ai import at_most_once
+from airflow_pydantic_ai import _compat, at_most_once
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
+RESOLVE = " ".join([*_compat.cli_command_prefix(), "cache", "resolve"])
+"""The command as this Airflow spells it (``airflow-pydantic-ai`` on 3.1)."""
 
 CONSOLE_SCRIPT = AIRFLOW_BIN.parent / "airflow-pydantic-ai"
 CHARGES: list[int] = []
@@ -113,9 +115,9 @@ def test_resolve_rerun_from_the_cli_then_clear_runs_the_call_again(
     dr = run_dag(dag)
     out = capfd.readouterr().out
     assert dr.state == "failed" and CHARGES == [1], out[-5000:]
-    [command] = set(re.findall(r"(airflow pydantic-ai cache resolve .*? --call \w+) --rerun", out))
+    [command] = set(re.findall(rf"({re.escape(RESOLVE)} .*? --call \w+) --rerun", out))
     ids = [dr.dag_id, dr.run_id, "charge"]
-    assert command.startswith(f"airflow pydantic-ai cache resolve resolve_cli_rerun {dr.run_id} charge --call ")
+    assert command.startswith(f"{RESOLVE} resolve_cli_rerun {dr.run_id} charge --call ")
 
     unknown = _cli(encrypted_cache, *ids, "--call", "nope", "--rerun")
     assert unknown.returncode == 1
@@ -139,14 +141,14 @@ def test_resolve_rerun_from_the_cli_then_clear_runs_the_call_again(
     resolved = _cli(encrypted_cache, *ids, "--call", command.rsplit(" ", 1)[1], "--rerun")
     assert resolved.returncode == 0, resolved.stderr
     assert "Recorded for tool charge_card (call charge-1)" in resolved.stdout
-    assert "answered 'run it again' (airflow pydantic-ai cache resolve)" in resolved.stdout
+    assert f"answered 'run it again' ({RESOLVE})" in resolved.stdout
     assert "The task instance is failed. The next try that reaches the call applies it" in resolved.stdout
 
     state, try_number = clear_and_rerun(dag, dr, "charge")
     out = capfd.readouterr().out
     assert (state, try_number) == ("success", 3), out[-5000:]
     assert CHARGES == [1, 3]
-    assert "answered 'run it again' (airflow pydantic-ai cache resolve): it runs again" in out
+    assert f"answered 'run it again' ({RESOLVE}): it runs again" in out
 
 
 def test_resolve_happened_with_a_json_result_replays_it(

@@ -20,9 +20,17 @@ from airflow_pydantic_ai.cli.cache_command import _configured, _describe, _ident
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.side_effects import Answer
 
-__all__ = ["RESOLVED_VIA", "cache_resolve"]
+__all__ = ["cache_resolve", "resolved_via"]
 
-RESOLVED_VIA = "airflow pydantic-ai cache resolve"
+
+def resolved_via() -> str:
+    """How an answer given from a shell reached the cache (a ``Resolution``'s ``via``): this command, as this
+    Airflow spells it (``airflow pydantic-ai cache resolve``; ``airflow-pydantic-ai cache resolve`` on 3.1)."""
+    from airflow_pydantic_ai import _compat
+
+    return " ".join([*_compat.cli_command_prefix(), "cache", "resolve"])
+
+
 """How an answer recorded by this command reached the task (a ``Resolution``'s ``via``)."""
 
 
@@ -78,7 +86,7 @@ def cache_resolve(args: Any) -> None:
                 f"--call {args.call!r} {problem}. The calls in doubt of {_describe(identity)}:\n" + _listing(doubts)
             )
         doubt = matches.found[0]
-        who: dict[str, Any] = {"answered_by": _os_user(), "via": RESOLVED_VIA, "answered_at": time.time()}
+        who: dict[str, Any] = {"answered_by": _os_user(), "via": resolved_via(), "answered_at": time.time()}
         if answer == "happened":
             resolution = Resolution.happened(doubt.started, parse_result(args.result), **who)
         else:
