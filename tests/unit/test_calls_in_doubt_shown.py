@@ -16,6 +16,7 @@ import pytest
 from tests.helpers.calls_in_doubt import API_KEY, RECEIPT, write_three_calls
 from tests.helpers.durable import RUN_ID, DurableHarness
 
+from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.cache_tools.access import CacheAccess, ShownCall
 from airflow_pydantic_ai.cli import cache_command
 from airflow_pydantic_ai.durable.read import CacheReader, marked_calls
@@ -23,7 +24,8 @@ from airflow_pydantic_ai.durable.side_effects import CallInDoubt, Resolution, St
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.ui.pages import TaskRef, ViewData, view_page
 
-RESOLVE = f"airflow pydantic-ai cache resolve dag {RUN_ID} task --call"
+RESOLVE = " ".join([*_compat.cli_command_prefix(), "cache", "resolve", "dag", RUN_ID, "task", "--call"])
+"""The command as this Airflow spells it (``airflow-pydantic-ai`` on 3.1)."""
 
 
 @pytest.fixture
