@@ -193,12 +193,22 @@ def log_in(browser: Any, site: Site, user: str) -> Any:
     page.get_by_label(re.compile("password", re.IGNORECASE)).fill(password)
     page.get_by_role("button", name=re.compile("sign in|log in|login", re.IGNORECASE)).click()
     page.wait_for_url(re.compile(r".*/(dags|home)?$|.*/\?.*|.*/$"))
+    # The UI may still navigate on its own after the login (Airflow 3.1 goes to "/" once more): a page.goto
+    # started before that is aborted ("interrupted by another navigation", net::ERR_ABORTED).
+    page.wait_for_load_state("networkidle")
     return page
 
 
 def open_cache_tab(page: Any, site: Site, run_id: str) -> Any:
     """Open the task instance page, click its "Durable cache" tab; returns the view's frame."""
-    page.goto(f"{site.base}/dags/{DAG_ID}/runs/{urllib.parse.quote(run_id, safe='')}/tasks/{TASK_ID}")
+    url = f"{site.base}/dags/{DAG_ID}/runs/{urllib.parse.quote(run_id, safe='')}/tasks/{TASK_ID}"
+    try:
+        page.goto(url)
+    except Exception as error:  # the UI's own late navigation aborted ours: once more, now that it is done
+        if "interrupted by another navigation" not in str(error) and "ERR_ABORTED" not in str(error):
+            raise
+        page.wait_for_load_state("networkidle")
+        page.goto(url)
     page.get_by_role("tab", name="Durable cache").or_(page.get_by_role("link", name="Durable cache")).first.click()
     frame = page.frame_locator("iframe[title='Durable cache']")
     frame.locator("h1", has_text="Durable cache").wait_for()
