@@ -276,3 +276,37 @@ def test_the_cut_off_try_says_the_retry_will_not_run_the_call_again(harness: Dur
     [line] = [line for line in harness.logs[-1].at("info") if "charge_card (call c1) failed" in line]
     assert "a retry does not run it again but does what on_unknown_outcome says" in line
     assert "runs again on a retry" not in line
+
+
+def test_a_registered_secret_among_the_arguments_is_masked_in_the_mark_and_the_call_stays_guarded(
+    harness: DurableHarness,
+) -> None:
+    secret = "sk-live-registered-4242"
+
+    def redact(value: Any) -> Any:  # what Airflow's masker does with a registered secret
+        if isinstance(value, dict):
+            return {key: redact(item) for key, item in value.items()}
+        return value.replace(secret, "***") if isinstance(value, str) else value
+
+    def with_secret(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [part for message in messages for part in message.parts if isinstance(part, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(f"done: {returns[-1].content}")])
+        return ModelResponse(parts=[ToolCallPart("charge_card", {"amount": 42, "token": secret}, tool_call_id="c1")])
+
+    charges: list[int] = []
+    agent: Agent[Any, str] = Agent(FunctionModel(with_secret))
+
+    @agent.tool_plain(metadata=at_most_once())
+    def charge_card(amount: int, token: str) -> str:
+        charges.append(amount)
+        raise CutOff
+
+    with pytest.raises(CutOff):
+        harness.run(agent, "charge it", killed=True, run_options={"redact": redact})
+    [mark] = CacheReader(harness.store()).companions()
+    assert mark.payload["arguments"] == {"amount": 42, "token": "***"}
+    assert not any(secret in path.read_text(errors="replace") for path in harness.root.rglob("*.json"))
+    with pytest.raises(OutcomeUnknown) as raised:
+        harness.run(agent, "charge it", run_options={"redact": redact, "unknown_outcome": OutcomeRules("fail")})
+    assert charges == [42] and secret not in str(raised.value)

@@ -297,7 +297,7 @@ def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: An
         f"record what happened: {command} --call {doubt.ref} --happened --result '<JSON or text for the model>'",
         f"or allow it to run again: {command} --call {doubt.ref} --rerun",
     ]
-    if rules.can_ask:
+    if rules.can_ask and rules.on_unknown != "ask":
         ways.insert(0, "set on_unknown_outcome='ask' to be asked on the task's Required Actions page")
     message = (
         f"{doubt.describe()}: its outcome is unknown, so this try does not run it again ({why}). "
@@ -358,10 +358,20 @@ def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRu
     raise unknown_outcome_error(doubt, rules, redact=redact, why=why)
 
 
-def mark_start(run: StepOwner, step: ToolStep) -> None:
-    """Record that ``step``'s call starts now (one write), right before it runs."""
+def mark_start(run: StepOwner, step: ToolStep, *, redact: Any = None) -> None:
+    """Record that ``step``'s call starts now (one write), right before it runs.
+
+    The mark keeps the arguments for the person who may be asked about the call, masked by ``redact`` (Airflow's
+    secrets masker): a registered secret among them never reaches the cache, and never keeps the mark out of it.
+    """
     assert step.key is not None
-    started = StartedCall(step.tool_name, step.call_id, step.arguments, run.attempt, time.time())
+    arguments = step.arguments
+    if redact is not None:
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):  # JSON as the model sent it: masked by key as well
+                arguments = json.loads(arguments)
+        arguments = redact(arguments)
+    started = StartedCall(step.tool_name, step.call_id, arguments, run.attempt, time.time())
     entry = StepEntry(
         kind=_STARTED,
         key=step.key,

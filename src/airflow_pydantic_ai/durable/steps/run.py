@@ -412,7 +412,7 @@ class DurableRun:
 
     def mark_start(self, step: ToolStep) -> None:
         """Record that an at-most-once call starts now (right before it runs, ``at_most_once.py``)."""
-        mark_start(self, step)
+        mark_start(self, step, redact=self.redact)
 
     def forget_mark(self, name: str) -> None:
         """An at-most-once call ended with an exception of its own: remove its start mark (a retry runs it again)."""
