@@ -275,16 +275,21 @@ def _doubt(run: StepOwner, step: ToolStep) -> CallInDoubt | None:
     return CallInDoubt(step.key, run.answer_number, shown, started, resolution, mark.scope)
 
 
-def masked(arguments: Any, redact: Any) -> str:
-    """A call's arguments (or the result given for it) as a person is shown them: JSON text, masked by ``redact``,
-    cut at 500 characters. JSON text is masked as the value it holds, so that ``{"api_key": ...}`` is masked by
-    its key as well as any value registered as a secret."""
+def masked_value(arguments: Any, redact: Any) -> Any:
+    """``arguments`` masked by ``redact``: JSON text parsed first, so that values under sensitive keys
+    (``{"api_key": ...}``) are masked as well as registered secrets; other text is masked as it is."""
     value = arguments
     if isinstance(value, str):
         with contextlib.suppress(ValueError):  # not JSON: masked as the text it is
             value = json.loads(value)
-    if redact is not None:
-        value = redact(value)
+    return redact(value) if redact is not None else value
+
+
+def masked(arguments: Any, redact: Any) -> str:
+    """A call's arguments (or the result given for it) as a person is shown them: JSON text, masked by ``redact``,
+    cut at 500 characters. JSON text is masked as the value it holds, so that ``{"api_key": ...}`` is masked by
+    its key as well as any value registered as a secret."""
+    value = masked_value(arguments, redact)
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
     text = str(redact(text)) if redact is not None else text
     return text if len(text) <= 500 else f"{text[:500]}... ({len(text) - 500} more characters)"
@@ -365,12 +370,7 @@ def mark_start(run: StepOwner, step: ToolStep, *, redact: Any = None) -> None:
     secrets masker): a registered secret among them never reaches the cache, and never keeps the mark out of it.
     """
     assert step.key is not None
-    arguments = step.arguments
-    if redact is not None:
-        if isinstance(arguments, str):
-            with contextlib.suppress(ValueError):  # JSON as the model sent it: masked by key as well
-                arguments = json.loads(arguments)
-        arguments = redact(arguments)
+    arguments = step.arguments if redact is None else masked_value(step.arguments, redact)
     started = StartedCall(step.tool_name, step.call_id, arguments, run.attempt, time.time())
     entry = StepEntry(
         kind=_STARTED,
