@@ -510,13 +510,12 @@ def test_the_task_log_and_cache_show_give_each_step_the_same_number(
     )
     listed = {row["step"]: (row["kind"], row["name"]) for row in CLIResult(show.returncode, show.stdout, "").json()}
 
-    assert [(int(number), happened) for number, _, _, happened in logged] == [
-        (1, "ran live"),
-        (2, "ran live"),
-        (3, "failed"),  # notify_team on try 1: not recorded, and again on try 2 under the same number
-        (1, "replayed from the cache"),
-        (2, "replayed from the cache"),
-        (3, "failed"),
+    numbered = [(int(number), happened) for number, _, _, happened in logged]
+    # The two tools run in parallel and each try logs them in the order they end (notify_team may fail first):
+    # the numbers, not the order of the lines, are what must agree.
+    assert [sorted(numbered[:3]), sorted(numbered[3:])] == [
+        [(1, "ran live"), (2, "ran live"), (3, "failed")],  # notify_team: not recorded; step 3 on both tries
+        [(1, "replayed from the cache"), (2, "replayed from the cache"), (3, "failed")],
     ]
     assert listed == {1: ("model", "test:test"), 2: ("tool", "fetch_ticket")}
     for number, kind, name, happened in logged:

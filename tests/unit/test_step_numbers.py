@@ -237,3 +237,48 @@ def test_step_numbers_agree_with_the_listing_as_entries_come_and_go():
     assert numbers.number(nested) == 2
     numbers.add(nested)
     assert [numbers.number(entry) for entry in (model1, nested, tool1, model2)] == [1, 2, 3, 4]
+
+
+def test_a_call_that_fails_while_a_sibling_still_runs_is_numbered_after_it(harness):
+    """Parallel calls of one answer: ``broken`` fails while ``slow`` (a sync tool in its thread) still runs, and
+    ``slow`` is recorded after. The failure is named by the number the retry names it by (after ``slow``), not by
+    the number ``slow`` then takes: the CI run that found it logged "step 2" for both."""
+    import threading
+
+    broken_raised = threading.Event()
+    flaky = {"failures": 1}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not tool_returns(messages):
+            return ModelResponse(parts=[ToolCallPart("slow", {}, "s"), ToolCallPart("broken", {}, "b")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="siblings")
+
+    @agent.tool_plain
+    def slow() -> str:
+        calls["slow"] += 1
+        broken_raised.wait(timeout=10)  # still running when its sibling fails
+        return "slow result"
+
+    @agent.tool_plain
+    async def broken() -> str:
+        calls["broken"] += 1
+        if flaky["failures"]:
+            flaky["failures"] -= 1
+            broken_raised.set()
+            raise ConnectionError("down")
+        return "fixed"
+
+    with pytest.raises(ConnectionError):
+        harness.run(agent, "go")
+    first = assert_one_numbering(harness.logs[-1], harness)
+    assert first == {
+        1: ("model", "function:function:model:", "ran live"),
+        2: ("tool", "slow", "ran live"),
+        3: ("tool", "broken", "failed after"),
+    }
+    _result, _run, log = harness.run(agent, "go")
+    second = assert_one_numbering(log, harness)
+    assert second[3] == ("tool", "broken", "ran live") and second[2][2] == "replayed from the cache"
+    assert calls["slow"] == 1 and calls["broken"] == 2

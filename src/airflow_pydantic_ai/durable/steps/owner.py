@@ -62,8 +62,13 @@ class StepOwner(Protocol):
         """The number of the model step (in this agent run) whose answer the calls running now belong to."""
         ...
 
-    def step_number(self, entry: StepEntry) -> int:
-        """The number ``entry`` has (or would have, written now) in the cache's listing (``numbering.py``)."""
+    def step_number(self, entry: StepEntry, *, never_written: bool = False) -> int:
+        """The number ``entry`` has (or would have, written now) in the cache's listing (``numbering.py``);
+        ``never_written``: a failed step, numbered after the calls of its answer still running."""
+        ...
+
+    def step_coming(self, entry: StepEntry) -> AbstractContextManager[None]:
+        """While the call that writes ``entry`` runs live (``StepNumbers.coming``)."""
         ...
 
     @property

@@ -297,10 +297,13 @@ class DurableRun:
             _MAKE_IT_DURABLE,
         )
 
-    def step_number(self, entry: StepEntry) -> int:
+    def step_number(self, entry: StepEntry, *, never_written: bool = False) -> int:
         """The number ``entry`` has (or would have, written now) in the cache's listing: the log names steps by it,
         as the view and ``cache show`` do (``numbering.py``)."""
-        return self.writer.numbers.number(entry)
+        return self.writer.numbers.number(entry, never_written=never_written)
+
+    def step_coming(self, entry: StepEntry) -> AbstractContextManager[None]:
+        return self.writer.numbers.coming(entry)
 
     @property
     def answer_number(self) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -99,10 +100,11 @@ class ToolStep:
             return self.replayed.validator_index, self.replayed.validator_name
         return None
 
-    def shown(self, entry: StepEntry | None = None) -> str:
+    def shown(self, entry: StepEntry | None = None, *, never_written: bool = False) -> str:
         """How the log names the call: ``step 6: tool lookup (call c1)``, numbered as the view and ``cache show``
         number it (``numbering.py``): by its entry (``entry``, or the one it replays), else where it would be
-        listed if it were recorded now. A call that is never recorded (a live tool, no key) has no number."""
+        listed if it were recorded now (``never_written``: it failed, and is numbered after the calls of its answer
+        still running). A call that is never recorded (a live tool, no key) has no number."""
         if self.key is None:
             return self.label
         if entry is None and self.numbered is not None:
@@ -111,7 +113,7 @@ class ToolStep:
             entry = self.run.entries.get(self.entry_name)
         if entry is None:
             entry = self._entry(self.run.answer_number, {})
-        return f"step {self.run.step_number(entry)}: {self.label}"
+        return f"step {self.run.step_number(entry, never_written=never_written)}: {self.label}"
 
     def load(self, entry: StepEntry) -> None:
         """Take the recorded outcome from ``entry`` (a damaged one is ignored with a warning: the call runs live)."""
@@ -146,9 +148,10 @@ class ToolStep:
             self.run.budget.before_tool_call(self.shown())
         if self.marks_start:  # issue 29: recorded last, right before the call, once nothing can refuse it
             self.run.mark_start(self)
-        if in_thread:
-            return await self._recorded_even_if_cancelled(call())
-        return await self._recorded(call(), validator_failure)
+        with self._coming():
+            if in_thread:
+                return await self._recorded_even_if_cancelled(call())
+            return await self._recorded(call(), validator_failure)
 
     def replay(self) -> Any:
         """Return (or raise) what the tool did when it was recorded."""
@@ -234,6 +237,12 @@ class ToolStep:
         if not task.cancelled():
             task.exception()  # retrieved: the cancellation is what propagates
 
+    def _coming(self) -> AbstractContextManager[None]:
+        """While the call runs live: its entry is written when it ends (what a failing sibling is numbered after)."""
+        if self.key is None or self.live:
+            return nullcontext()
+        return self.run.step_coming(self._entry(self.run.answer_number, {}))
+
     def _abandon(self, grace: float) -> None:
         """The run was cancelled and this call's thread did not finish within ``grace`` seconds."""
         self.abandoned = True
@@ -247,7 +256,7 @@ class ToolStep:
         self.run.log.warning(
             "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
             "result is not recorded and %s",
-            self.shown(),
+            self.shown(never_written=True),
             grace,
             time.monotonic() - self.started,
             on_retry,
@@ -296,7 +305,7 @@ class ToolStep:
             )
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and %s",
-            self.shown(),
+            self.shown(never_written=True),
             time.monotonic() - self.started,
             type(error).__name__,
             what_next,

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -126,6 +127,7 @@ class StepNumbers:
             self._rows[entry.name] = ListingRow(listing_order(entry), entry, None)
         self._keys: list[OrderKey] = sorted(row.order for row in self._rows.values() if row.entry.scope_id is None)
         self._scoped = len(self._rows) - len(self._keys)
+        self._coming: dict[str, StepEntry] = {}
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -154,9 +156,35 @@ class StepNumbers:
         else:
             self._scoped -= 1
 
-    def number(self, entry: StepEntry) -> int:
+    @contextmanager
+    def coming(self, entry: StepEntry) -> Iterator[None]:
+        """While ``entry``'s call runs: it is written when the call ends (unless the call fails)."""
+        self._coming[entry.name] = entry
+        try:
+            yield
+        finally:
+            self._coming.pop(entry.name, None)
+
+    def number(self, entry: StepEntry, *, never_written: bool = False) -> int:
         """The number ``entry`` has in the listing: as it is stored when the cache holds it, else as it would
-        be if it were written now (a step that failed, or is not recorded, is named by that number)."""
+        be if it were written now (a step that is not recorded is named by that number).
+
+        ``never_written``: the step failed and is not recorded, so the calls of the same model answer still
+        running (:meth:`coming`) are written after it and listed before it (as a retry numbers it, once they are
+        replayed): it is numbered after them. A sibling that then fails too is counted all the same."""
+        number = self._number_now(entry)
+        if never_written:
+            number += sum(
+                1
+                for name, other in self._coming.items()
+                if name != entry.name
+                and name not in self._rows  # written already: counted
+                and other.step == entry.step
+                and other.scope_id == entry.scope_id
+            )
+        return number
+
+    def _number_now(self, entry: StepEntry) -> int:
         order = listing_order(entry)
         held = self._rows.get(entry.name)
         if not self._scoped and entry.scope_id is None:
