@@ -310,3 +310,32 @@ def test_a_registered_secret_among_the_arguments_is_masked_in_the_mark_and_the_c
     with pytest.raises(OutcomeUnknown) as raised:
         harness.run(agent, "charge it", run_options={"redact": redact, "unknown_outcome": OutcomeRules("fail")})
     assert charges == [42] and secret not in str(raised.value)
+
+
+def test_an_answer_used_is_the_calls_own_step_numbered_as_the_log_names_it(harness: DurableHarness) -> None:
+    """The try that uses an answer "it happened" records the result given as the call's entry: the listing gets a
+    tool step where the log named the call, and the next model step is numbered after it (both were "step 2")."""
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    _cut_off_try(harness, agent)
+    rules = OutcomeRules(on_unknown="ask", can_ask=True)
+    run, _ = harness.open(unknown_outcome=rules)
+    with pytest.raises(AskAboutOutcome) as asked, run.ending():
+        run_agent(run, agent, "charge it")
+    doubt = asked.value.call
+    run.resolve(doubt, Resolution.happened(doubt.started, "charged 42 (receipt r-1)", answered_by="ana"))
+    _, _, log = harness.run(agent, "charge it", run_options={"unknown_outcome": rules})
+
+    listed = [(step.number, step.kind, step.name) for step in CacheReader(harness.store()).steps()]
+    assert [(number, kind) for number, kind, _ in listed] == [(1, "model"), (2, "tool"), (3, "model")]
+    assert listed[1][2] == "charge_card"
+    info = log.at("info")
+    assert any(line.startswith("Durable: step 2: tool charge_card (call c1) replayed as ana") for line in info)
+    assert any(line.startswith("Durable: step 3: model ") and "ran live" in line for line in info)
+    # A later try replays the recorded result as any other; the call is not in doubt any more.
+    result, _, log = harness.run(agent, "charge it", run_options={"unknown_outcome": rules})
+    assert result.output == "done: charged 42 (receipt r-1)" and charges == [42]
+    assert any(
+        line.startswith("Durable: step 2: tool charge_card (call c1) replayed from the cache")
+        for line in log.at("info")
+    )

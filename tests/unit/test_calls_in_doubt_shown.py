@@ -50,6 +50,8 @@ def test_each_start_is_unfinished_resolved_or_finished_as_a_retry_sees_it(three_
     ]
     seat, card, invoice = calls
     assert not seat.in_doubt and card.in_doubt and invoice.in_doubt
+    # Try 3 used the answer: the result given is charge_card's own step now; send_invoice has none.
+    assert seat.recorded and card.recorded and not invoice.recorded
     assert invoice.describe() == f"outcome unknown: started by try 3 at {invoice.call.started.when}, never finished"
     assert card.describe() == (
         f"started by try 1 at {card.call.started.when}, cut off; ana answered 'it happened' (the Required Actions page)"
@@ -71,7 +73,9 @@ def test_an_answer_that_cannot_be_read_counts_as_none_and_says_so(three_calls: D
     broken = {**card.call.resolution.to_payload(), "answer": "maybe"}  # type: ignore[union-attr]
     three_calls.store().put(StepEntry("resolution", card.call.key, 1, 1, "charge_card", broken, role="resolution"))
 
-    assert _states(three_calls)["charge_card"] == "unfinished"
+    # Try 3 used the answer, so the result given is the call's tool entry: without a readable answer the call is
+    # as a retry takes it, finished (that entry replays), and the problem is said.
+    assert _states(three_calls)["charge_card"] == "finished"
     [card] = [
         call for call in marked_calls(CacheReader(three_calls.store())) if call.call.started.tool == "charge_card"
     ]
@@ -112,7 +116,7 @@ def test_cache_show_lists_the_calls_in_doubt_after_the_steps_with_the_command(
     out, _ = _show(capsys)
 
     steps, section = out.split("\nCalls in doubt (2):\n")
-    assert "reserve_seat" in steps and "A retry replays 4 steps (3 model)" in steps
+    assert "reserve_seat" in steps and "A retry replays 5 steps (3 model)" in steps
     lines = section.splitlines()
     card, invoice = lines[0], next(line for line in lines if "send_invoice" in line)
     assert "tool charge_card  call c2: started by try 1 at " in card
@@ -132,7 +136,9 @@ def test_cache_show_lists_the_calls_in_doubt_after_the_steps_with_the_command(
 @pytest.mark.usefixtures("three_calls")
 def test_json_stays_the_steps_and_calls_lists_every_call_as_rows(capsys: pytest.CaptureFixture[str]) -> None:
     out, err = _show(capsys, output="json")
-    assert [row["step"] for row in json.loads(out)] == [1, 2, 3, 4]
+    # charge_card is a step of its own: try 3 used the answer and recorded the result given as its entry.
+    assert [(row["step"], row["name"]) for row in json.loads(out)][3:5] == [(4, "charge_card"), (5, "function:planner")]
+    assert [row["step"] for row in json.loads(out)] == [1, 2, 3, 4, 5]
     assert "2 calls in doubt (started, cut off): add --calls to list them" in err
 
     out, _ = _show(capsys, output="json", calls=True)
@@ -212,3 +218,11 @@ def test_the_calls_section_escapes_what_the_model_and_the_tool_wrote(tmp_path: P
     for raw in ("<b>tool</b>", "<script>x</script>", "<img>", "<i>saved</i>", "'<d>'"):
         assert raw not in page
     assert "&lt;script&gt;x&lt;/script&gt;" in page and "Checkpoints saved: &lt;i&gt;saved&lt;/i&gt;" in page
+
+
+def test_an_answer_a_try_used_is_no_longer_open_to_cache_resolve(three_calls: DurableHarness) -> None:
+    """charge_card's answer "it happened" was used by try 3 (its result is the call's step): a new answer would
+    change nothing, so ``cache resolve`` is offered the unanswered call only."""
+    from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt
+
+    assert [doubt.started.tool for doubt in calls_in_doubt(CacheReader(three_calls.store()))] == ["send_invoice"]

@@ -3,6 +3,8 @@
 A call is in doubt when its ``started`` mark has no tool entry under the same key (the try was cut off while the
 call ran); its ``resolution``, when one was recorded for that very start, comes with it. ``airflow pydantic-ai cache
 resolve`` finds the call a person names here (by the start of its key, or its tool call id) and records the answer.
+An answer "it happened" that a try has used is the call's tool entry by then: that call is no longer in doubt (an
+answer given now would change nothing; ``cache rm --from-step`` runs it again).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def calls_in_doubt(reader: CacheReader, *, warn: Callable[[str], Any] = lambda m
     read goes to ``warn`` (the call is then taken as a retry takes it)."""
     found: list[CallInDoubt] = []
     for marked in marked_calls(reader):
-        if not marked.in_doubt:
+        if not marked.in_doubt or marked.recorded:  # finished, or its answer was used
             continue
         if marked.problem:
             warn(f"{marked.call.label}: {marked.problem}")

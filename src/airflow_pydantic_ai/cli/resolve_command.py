@@ -75,7 +75,9 @@ def cache_resolve(args: Any) -> None:
         if not doubts:
             raise _UserError(
                 f"the cache of {_describe(identity)} holds no call in doubt (an at_most_once() call a try started "
-                f"and never finished), so there is nothing to resolve (looked at {access.location})"
+                f"and never finished), so there is nothing to resolve (looked at {access.location}). An answer a try "
+                "has used is the call's own step by then (cache show lists it): to run that call again, delete the "
+                "cache from its step (cache rm --from-step N)"
             )
         matches = find_call(doubts, args.call)
         if len(matches.found) != 1:

@@ -243,7 +243,8 @@ def _sentence(text: str) -> str:
 
 def _steps_table(data: ViewData) -> str:
     task = data.task
-    finished = {shown.call.tool_entry_name: shown.call for shown in data.calls if not shown.call.in_doubt}
+    # A call with its own step (it finished, or a try used the answer given) is marked in the table.
+    finished = {shown.call.tool_entry_name: shown.call for shown in data.calls if shown.call.recorded}
     rows = []
     for step in data.steps:
         show = f'<a href="{escape(task.url(step=step.number))}#step-{step.number}">Show</a>'

@@ -339,7 +339,7 @@ def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRu
     if resolution is not None:
         if resolution.answer == "happened":
             assert resolution.result is not None
-            step.load_resolution(resolution)
+            step.take_answer(resolution)
             run.log.info("Durable: %s; %s: the result given replaces the call", doubt.describe(), resolution.describe())
             return False
         if resolution.answer == "rerun":

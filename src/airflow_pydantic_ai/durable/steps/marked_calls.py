@@ -6,8 +6,10 @@ mark is in one of three states, decided as a retry decides it:
 - ``unfinished``: no tool entry under the call's key and no answer for that start: the try was cut off while the
   call ran, and its outcome is unknown (the next try that reaches it asks, fails or reruns);
 - ``resolved``: cut off, and a ``resolution`` answers that very start (it happened, with the result given; run it
-  again; fail the task);
-- ``finished``: a tool entry of the same key exists: the call ended with an outcome, nothing is in doubt.
+  again; fail the task); once a try used an answer "it happened", the result given is the call's tool entry too
+  (``MarkedCall.recorded``), and later tries replay that entry;
+- ``finished``: a tool entry of the same key exists and no answer is about this start: the call ended with an
+  outcome, nothing is in doubt.
 
 What ``cache show`` and the view list (``MarkedCall``, from :func:`marked_calls`). One survey of the store; the
 start marks and answers are read with the engine's own classes, so the view agrees with what a retry does: an
@@ -46,6 +48,8 @@ class MarkedCall:
     """The names of the values it saved with ``tool_checkpoint()`` (resumable tools), in the order saved."""
     problem: str = ""
     """Why its start mark or its answer could not be read (the call is then shown as a retry treats it)."""
+    recorded: bool = False
+    """The call has its own tool entry (a step of the listing): it finished, or a try used the answer given."""
 
     @property
     def in_doubt(self) -> bool:
@@ -113,12 +117,10 @@ def _classify(mark: StepEntry, entries: dict[str, StepEntry], saved: list[StepEn
         started = StartedCall(mark.label, mark.call_id, None, mark.attempt, mark.recorded_at or 0.0)
         resolved = resolution if resolution is not None and resolution.resolves(started) else None
         call = CallInDoubt(mark.key, mark.step, f"tool {mark.label}", started, resolved, mark.scope)
-    if entry_name("tool", mark.key) in entries:
-        state: CallState = "finished"
-    else:
-        state = "unfinished" if call.resolution is None else "resolved"
+    recorded = entry_name("tool", mark.key) in entries
+    state: CallState = "resolved" if call.resolution is not None else "finished" if recorded else "unfinished"
     names = tuple(str(entry.payload.get("name", "")) for entry in saved)
-    return MarkedCall(call, state, names, "; ".join(problems))
+    return MarkedCall(call, state, names, "; ".join(problems), recorded)
 
 
 def _answer(entry: StepEntry | None, problems: list[str]) -> Resolution | None:

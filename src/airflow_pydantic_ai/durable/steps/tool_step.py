@@ -127,10 +127,13 @@ class ToolStep:
         """Run live after all: drop the recorded outcome."""
         self.replayed = None
 
-    def load_resolution(self, resolution: Any) -> None:
-        """A person said this call (cut off in an earlier try) happened: replay the result they gave."""
+    def take_answer(self, resolution: Any) -> None:
+        """A person said this call (cut off in an earlier try) happened: replay the result they gave, and record it
+        as the call's own entry, so that the call is a step of the listing under the number the log gives it, and
+        later tries replay it as any recorded result (the answer has been used)."""
         self.replayed = decode_outcome(resolution.result)
         self.resolved_by = resolution.describe()
+        self._write(self.run.answer_number, dict(resolution.result))
 
     async def replay_or_run(
         self,
