@@ -17,8 +17,9 @@ The names below are imported on first use, so a command that only needs the read
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from airflow_pydantic_ai.durable.faces import load_name
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.embedding import attempt_block, note_ending
@@ -102,12 +103,7 @@ _DOCUMENTED_BEFORE = {
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name) or _DOCUMENTED_BEFORE.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+    return load_name(globals(), name, {**_DOCUMENTED_BEFORE, **_HOMES})
 
 
 def __dir__() -> list[str]:

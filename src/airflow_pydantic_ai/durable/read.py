@@ -10,8 +10,9 @@ start mark of an ``at_most_once()`` call, to read the answers about it as a retr
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from airflow_pydantic_ai.durable.faces import load_name
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.marked_calls import MarkedCall, marked_calls
@@ -75,12 +76,7 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"airflow_pydantic_ai.durable.{home}"), name)
-    globals()[name] = value
-    return value
+    return load_name(globals(), name, _HOMES)
 
 
 def __dir__() -> list[str]:

@@ -17,8 +17,9 @@ Names are imported on first use, as on the other faces.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from airflow_pydantic_ai.durable.faces import load_name
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.interception.toolset import at_most_once
@@ -87,12 +88,7 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"airflow_pydantic_ai.durable.{home}"), name)
-    globals()[name] = value
-    return value
+    return load_name(globals(), name, _HOMES)
 
 
 def __dir__() -> list[str]:
