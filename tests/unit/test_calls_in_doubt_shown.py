@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.helpers.calls_in_doubt import API_KEY, RECEIPT, write_three_calls
@@ -226,3 +227,23 @@ def test_an_answer_a_try_used_is_no_longer_open_to_cache_resolve(three_calls: Du
     from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt
 
     assert [doubt.started.tool for doubt in calls_in_doubt(CacheReader(three_calls.store()))] == ["send_invoice"]
+
+
+@pytest.mark.usefixtures("three_calls")
+def test_cache_show_reads_the_store_once_for_the_steps_and_the_calls(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On S3 a survey is a listing and a batch of GETs: the steps and the calls in doubt come from one."""
+    from airflow_pydantic_ai.durable.storage.store import StepStore
+
+    surveys: list[str] = []
+    survey = StepStore.survey
+
+    def counted(store: StepStore) -> Any:
+        surveys.append(store.location)
+        return survey(store)
+
+    monkeypatch.setattr(StepStore, "survey", counted)
+    out, _ = _show(capsys)
+    assert "Calls in doubt (2)" in out and "charge_card" in out
+    assert len(surveys) == 1, surveys

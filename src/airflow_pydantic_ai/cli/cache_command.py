@@ -276,9 +276,10 @@ def cache_show(args: Any) -> None:
         if args.step is None:
             print(f"Cache at {access.location}", file=sys.stderr)  # stdout stays the table or document
             _print_latest_try(access)
-            steps = access.reader.steps()
+            with access.reader.one_survey():  # the steps and the calls from one read of the store
+                steps = access.reader.steps()
+                doubts = [shown for shown in access.calls() if shown.call.in_doubt]
             _print_rows([step.as_row() for step in steps], args.output)
-            doubts = [shown for shown in access.calls() if shown.call.in_doubt]
             if args.output in ("json", "yaml"):
                 if doubts:  # the document stays the steps' rows; say where the calls are
                     print(

@@ -262,26 +262,27 @@ def create_app() -> FastAPI:
             return _html(iterations_page(task, iterations, f"{task.root}/static"))
         from airflow_pydantic_ai.durable.read import latest_attempt
 
-        steps = access.reader.steps()
-        data = ViewData(
-            task=task,
-            state=row.state,
-            try_number=row.try_number,
-            operator=row.operator,
-            location=access.location,
-            exists=bool(steps),
-            steps=steps,
-            calls=access.calls(),
-            latest=latest_attempt(access.store),
-            running=is_active(row.state),
-            notice=_notice(done),
-        )
-        if step is not None and steps:
-            try:
-                data.shown_step, data.shown_content = access.render_step(step, raw=raw)
-                data.shown_raw = raw
-            except KeyError:
-                raise _Refusal(404, "No such step", f"There is no step {step} in this cache.", task) from None
+        with access.reader.one_survey():  # the steps, the calls and the step shown from one read of the store
+            steps = access.reader.steps()
+            data = ViewData(
+                task=task,
+                state=row.state,
+                try_number=row.try_number,
+                operator=row.operator,
+                location=access.location,
+                exists=bool(steps),
+                steps=steps,
+                calls=access.calls(),
+                latest=latest_attempt(access.store),
+                running=is_active(row.state),
+                notice=_notice(done),
+            )
+            if step is not None and steps:
+                try:
+                    data.shown_step, data.shown_content = access.render_step(step, raw=raw)
+                    data.shown_raw = raw
+                except KeyError:
+                    raise _Refusal(404, "No such step", f"There is no step {step} in this cache.", task) from None
         return _html(view_page(data, f"{task.root}/static"))
 
     @app.get("/confirm", response_class=HTMLResponse)

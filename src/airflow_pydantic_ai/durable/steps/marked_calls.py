@@ -90,7 +90,7 @@ class MarkedCall:
 
 def marked_calls(reader: CacheReader) -> list[MarkedCall]:
     """Every at-most-once call of ``reader``'s cache that left a start mark, oldest start first (one survey)."""
-    entries = {name: entry for name, (entry, _) in reader.store.survey().entries.items()}
+    entries = {name: entry for name, (entry, _) in reader.survey().entries.items()}
     marks = [entry for entry in entries.values() if entry.step_role == "started"]
     if not marks:
         return []

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +30,7 @@ from airflow_pydantic_ai.durable.storage.entry import SealedEntry, StepEntry
 from airflow_pydantic_ai.durable.storage.numbering import ListingRow, in_listing_order, listing_order
 from airflow_pydantic_ai.durable.storage.step_costs import StepCost
 from airflow_pydantic_ai.durable.storage.store import StepStore
+from airflow_pydantic_ai.durable.storage.stored import Survey
 
 __all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
 
@@ -118,6 +120,21 @@ class CacheReader:
     """Reads (and deletes) one task instance's cache through its :class:`StepStore`."""
 
     store: StepStore
+    _held: Survey | None = field(default=None, init=False, repr=False, compare=False)
+
+    @contextmanager
+    def one_survey(self) -> Iterator[None]:
+        """Within it, every read reuses one survey of the store: a page that shows the steps, the calls and a
+        step lists and fetches the cache once (on S3: one set of GETs, not one per part). Not for deleting."""
+        self._held = self.store.survey()
+        try:
+            yield
+        finally:
+            self._held = None
+
+    def survey(self) -> Survey:
+        """What the store holds: the held survey inside :meth:`one_survey`, else a new one."""
+        return self._held if self._held is not None else self.store.survey()
 
     def exists(self) -> bool:
         """Whether the task instance has anything recorded."""
@@ -134,7 +151,7 @@ class CacheReader:
     def companions(self) -> list[StepEntry]:
         """The readable entries that belong to a tool call and are not numbered steps (the mark that an
         at-most-once call started, the resolution of one cut off, a resumable tool's checkpoints), oldest first."""
-        survey = self.store.survey()
+        survey = self.survey()
         found = [entry for entry, _ in survey.entries.values() if entry.is_companion]
         return sorted(found, key=lambda entry: (entry.recorded_at or 0.0, entry.name))
 
@@ -165,7 +182,7 @@ class CacheReader:
     # --- reading ---------------------------------------------------------------------------------
 
     def _read(self) -> list[tuple[StepInfo, StepEntry | None]]:
-        survey = self.store.survey()
+        survey = self.survey()
         readable = [
             ListingRow(listing_order(entry, item.modified), entry, item)
             for entry, item in survey.entries.values()
