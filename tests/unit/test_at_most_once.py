@@ -339,3 +339,20 @@ def test_an_answer_used_is_the_calls_own_step_numbered_as_the_log_names_it(harne
         line.startswith("Durable: step 2: tool charge_card (call c1) replayed from the cache")
         for line in log.at("info")
     )
+
+
+def test_an_earlier_runs_cache_names_the_call_it_cut_off_when_it_is_deleted(harness: DurableHarness) -> None:
+    """A DAG run created again with the same ids (or ``airflow tasks test`` given an existing run's id, which reuses
+    its try number) deletes the cache; a call in doubt in it is named, since the new run may run it again."""
+    from tests.helpers.durable import RecordingLog
+
+    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
+
+    charges: list[int] = []
+    _cut_off_try(harness, _agent(charges, cut_off_on={1}))
+    log = RecordingLog()
+    DurableRun.open(harness.store(log), attempt=1, log=log, options=AttemptOptions(belongs=lambda tries: False))
+    [warning] = log.at("warning")
+    assert "(1 step by try 1, written " in warning, "the start mark is no step"
+    assert "and 1 at-most-once call a try started and never finished: tool charge_card (call c1)" in warning
+    assert not harness.store(log).exists()

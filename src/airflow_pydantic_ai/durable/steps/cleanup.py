@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 from airflow_pydantic_ai.durable.steps.writer import TryOutlook
-from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.storage.store import StepStore
 from airflow_pydantic_ai.durable.wording import plural
 
@@ -56,12 +56,13 @@ def discard_earlier_run(store: StepStore, entries: Mapping[str, StepEntry], atte
         written = "written by release 0.1.0, time unknown"
     log.warning(
         "Durable: the cache at %s was left by an earlier run with the same ids, since deleted (%s "
-        "by %s %s, %s); this is try %d of a new run, so it is not replayed, and it is deleted",
+        "by %s %s, %s%s); this is try %d of a new run, so it is not replayed, and it is deleted",
         store.location,
-        plural(len(entries), "step"),
+        plural(sum(entry.is_step for entry in entries.values()), "step"),
         "try" if len(tries) == 1 else "tries",
         ", ".join(map(str, tries)),
         written,
+        _cut_off_calls(entries),
         attempt,
     )
     try:
@@ -72,6 +73,21 @@ def discard_earlier_run(store: StepStore, entries: Mapping[str, StepEntry], atte
             store.location,
             describe_error(error),
         )
+
+
+def _cut_off_calls(entries: Mapping[str, StepEntry]) -> str:
+    """``, and 1 at-most-once call cut off ...``: the calls whose start the cache holds without a result, which
+    the new run runs again (a person reading the warning may know the side effect happened)."""
+    cut_off = [
+        entry
+        for entry in entries.values()
+        if entry.step_role == "started" and entry_name("tool", entry.key) not in entries
+    ]
+    if not cut_off:
+        return ""
+    calls = ", ".join(f"tool {entry.label} (call {entry.call_id or '?'})" for entry in cut_off)
+    count = plural(len(cut_off), "at-most-once call")
+    return f", and {count} a try started and never finished: {calls}, which this run may run again"
 
 
 def pack_for_next_try(store: StepStore, attempt: int, log: TaskLogger, *, reachable: bool = True) -> None:
