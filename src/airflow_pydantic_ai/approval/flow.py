@@ -295,7 +295,7 @@ def ask_about_outcome(
     not_shown = publish_request(context, request, settings.assigned_users)
     if not_shown:
         log.warning("Approval: could not show the request in the rendered field '%s': %s", RENDERED_FIELD, not_shown)
-    log.info("Unknown outcome: %s (ref %s); a person is asked whether it happened", doubt.describe(), doubt.ref)
+    log.warning("Unknown outcome: %s (ref %s); a person is asked whether it happened", doubt.describe(), doubt.ref)
     if asked not in shown_refs:
         log.warning(
             "Unknown outcome: Airflow keeps one request per task try, so its Required Actions page still shows an "
