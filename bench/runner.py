@@ -144,8 +144,15 @@ _REGISTERED_SECRETS = re.compile(
 )
 
 
-def mask_registered_secrets(text: str) -> str:
-    return _REGISTERED_SECRETS.sub("***", text)
+def mask_registered_secrets(value: Any) -> Any:
+    """Text, or every string of a structure (an at-most-once call's arguments), with the secrets masked."""
+    if isinstance(value, str):
+        return _REGISTERED_SECRETS.sub("***", value)
+    if isinstance(value, dict):
+        return {key: mask_registered_secrets(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(mask_registered_secrets(item) for item in value)
+    return value
 
 
 def run_plain(workload: Workload) -> tuple[float, str, str]:

@@ -312,6 +312,26 @@ def test_a_registered_secret_among_the_arguments_is_masked_in_the_mark_and_the_c
     assert charges == [42] and secret not in str(raised.value)
 
 
+def test_a_masker_that_fails_on_the_arguments_keeps_them_out_of_the_mark_and_the_call_guarded(
+    harness: DurableHarness,
+) -> None:
+    """The mark matters more than what it shows: a masker that cannot take the arguments (one that only takes
+    text, as the bench's did) leaves them out of the mark instead of failing the call or leaving it unguarded."""
+
+    def text_only(value: Any) -> Any:
+        return value.replace("never", "***") if isinstance(value, str) else value.no_such_method()
+
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    with pytest.raises(CutOff):
+        harness.run(agent, "charge it", killed=True, run_options={"redact": text_only})
+    [mark] = CacheReader(harness.store()).companions()
+    assert str(mark.payload["arguments"]).startswith("(not kept: the secrets masker failed on them: AttributeError")
+    with pytest.raises(OutcomeUnknown) as raised:
+        harness.run(agent, "charge it", run_options={"redact": text_only, "unknown_outcome": OutcomeRules("fail")})
+    assert charges == [42] and "charge_card" in str(raised.value)
+
+
 def test_an_answer_used_is_the_calls_own_step_numbered_as_the_log_names_it(harness: DurableHarness) -> None:
     """The try that uses an answer "it happened" records the result given as the call's entry: the listing gets a
     tool step where the log named the call, and the next model step is numbered after it (both were "step 2")."""

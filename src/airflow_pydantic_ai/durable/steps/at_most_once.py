@@ -370,7 +370,10 @@ def mark_start(run: StepOwner, step: ToolStep, *, redact: Any = None) -> None:
     secrets masker): a registered secret among them never reaches the cache, and never keeps the mark out of it.
     """
     assert step.key is not None
-    arguments = step.arguments if redact is None else masked_value(step.arguments, redact)
+    try:
+        arguments = step.arguments if redact is None else masked_value(step.arguments, redact)
+    except Exception as error:  # the mark matters more than what it shows: keep it, without the arguments
+        arguments = f"(not kept: the secrets masker failed on them: {describe_error(error)})"
     started = StartedCall(step.tool_name, step.call_id, arguments, run.attempt, time.time())
     entry = StepEntry(
         kind=_STARTED,

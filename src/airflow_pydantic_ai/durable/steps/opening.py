@@ -54,8 +54,9 @@ class AttemptOptions:
     """False on the first try of a DAG run or after a clear: an output recorded earlier is never returned."""
     delete_hint: str = ""
     """How a person deletes this cache (a command), for the log line of the last try."""
-    redact: Callable[[str], Any] | None = None
-    """A secrets masker: a payload holding a value it would hide is not recorded. None: nothing is secret."""
+    redact: Callable[[Any], Any] | None = None
+    """A secrets masker, as Airflow's ``redact``: it takes text or a structure (masking the values of sensitive
+    keys too). A payload holding a value it would hide is not recorded. None: nothing is secret."""
     storage_errors: StorageErrors = "warn"
     probe: bool = False
     """First write and delete a probe object (an unreachable store is then not read)."""

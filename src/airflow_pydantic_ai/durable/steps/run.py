@@ -103,7 +103,7 @@ class DurableRun:
     """Steps recorded elsewhere that this attempt replays too (a fixture's), for the log's "replayed from"."""
     outcomes: OutcomeRules = field(default_factory=OutcomeRules, repr=False)
     """What an at-most-once call an earlier try started and never finished does (``at_most_once.py``)."""
-    redact: Callable[[str], Any] | None = field(default=None, repr=False)
+    redact: Callable[[Any], Any] | None = field(default=None, repr=False)
     """Airflow's secrets masker, for arguments shown in an error (None: shown as they are)."""
 
     @classmethod

@@ -40,7 +40,7 @@ def no_secrets(value: Any) -> bool:
     return False
 
 
-def secret_check(redact: Callable[[str], Any]) -> Callable[[Any], bool]:
+def secret_check(redact: Callable[[Any], Any]) -> Callable[[Any], bool]:
     """A check for payloads holding a value that ``redact`` (a secrets masker) would hide.
 
     Only registered *values* count: a key that merely sounds sensitive (``tokens``, ``password_hint``)
