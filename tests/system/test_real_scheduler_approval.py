@@ -123,15 +123,15 @@ def _wait_until_the_scheduler_saw_the_park(cluster: AirflowCluster, dag_id: str,
     then marks the running task failed ("finished with state success, but the task instance's state attribute
     is running"). People answer minutes later; the test answers as soon as the scheduler has caught up.
     """
-    event = (
-        "Received executor event with state success for task instance "
-        f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}'"
-    )
+    # 3.3: "... for task instance TaskInstanceKey(dag_id=...)"; 3.4: "... for task instance <ti id>
+    # (coordinates=TaskInstanceKey(dag_id=...))".
+    event = "Received executor event with state success for task instance "
+    key = f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}'"
     deadline = time.monotonic() + RUN_TIMEOUT
     while time.monotonic() < deadline:
         cluster.check_alive()
         log = cluster.log_file("scheduler").read_text(errors="replace")
-        if any(event in line and f"try_number={try_number}" in line for line in log.splitlines()):
+        if any(event in line and key in line and f"try_number={try_number}," in line for line in log.splitlines()):
             return
         time.sleep(0.5)
     raise ClusterError(f"the scheduler never handled the parked try's exit:\n{cluster.tails()}")
