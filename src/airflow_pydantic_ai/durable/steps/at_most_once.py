@@ -373,7 +373,8 @@ def mark_start(run: StepOwner, step: ToolStep, *, redact: Any = None) -> None:
     try:
         arguments = step.arguments if redact is None else masked_value(step.arguments, redact)
     except Exception as error:  # the mark matters more than what it shows: keep it, without the arguments
-        arguments = f"(not kept: the secrets masker failed on them: {describe_error(error)})"
+        # Only the error's type: its message may quote the value the masker was given.
+        arguments = f"(not kept: the secrets masker failed on them: {type(error).__name__})"
     started = StartedCall(step.tool_name, step.call_id, arguments, run.attempt, time.time())
     entry = StepEntry(
         kind=_STARTED,
