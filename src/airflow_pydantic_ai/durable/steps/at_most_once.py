@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from airflow_pydantic_ai.durable.errors import DurableError, describe_error
 from airflow_pydantic_ai.durable.steps.outcome import Returned, decode_outcome, encode_outcome
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
+from airflow_pydantic_ai.durable.wording import call_label
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.owner import AttemptOwner, StepOwner
@@ -200,7 +201,7 @@ class CallInDoubt:
     def of_mark(cls, mark: StepEntry, resolution: Resolution | None = None) -> CallInDoubt:
         """The call a ``started`` entry names (raises ``ValueError``/``KeyError`` when the mark is unreadable)."""
         started = StartedCall.from_payload(mark.payload)
-        label = f"tool {started.tool} (call {started.call_id})" if started.call_id else f"tool {started.tool}"
+        label = call_label("tool", started.tool, started.call_id)
         resolved = resolution if resolution is not None and resolution.resolves(started) else None
         return cls(mark.key, mark.step, label, started, resolved, mark.scope)
 

@@ -18,7 +18,7 @@ from airflow_pydantic_ai.durable.steps.stats import TaskLogger
 from airflow_pydantic_ai.durable.steps.writer import TryOutlook
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.storage.store import StepStore
-from airflow_pydantic_ai.durable.wording import plural
+from airflow_pydantic_ai.durable.wording import call_label, plural
 
 __all__ = ["delete_after_success", "discard_earlier_run", "pack_for_next_try", "tidy_failed_try"]
 
@@ -85,7 +85,7 @@ def _cut_off_calls(entries: Mapping[str, StepEntry]) -> str:
     ]
     if not cut_off:
         return ""
-    calls = ", ".join(f"tool {entry.label} (call {entry.call_id or '?'})" for entry in cut_off)
+    calls = ", ".join(call_label("tool", entry.label, entry.call_id) for entry in cut_off)
     count = plural(len(cut_off), "at-most-once call")
     return f", and {count} a try started and never finished: {calls}, which this run may run again"
 

@@ -22,6 +22,7 @@ from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.storage.entry import entry_name
+from airflow_pydantic_ai.durable.wording import call_label
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.owner import AttemptOwner
@@ -83,7 +84,7 @@ def tool_step(
 ) -> ToolStep:
     """Fingerprint a tool call and look it up (``live``: the tool opted out of replay; it runs, unrecorded)."""
     if live:
-        label = f"tool {tool_name} (call {tool_call_id})" if tool_call_id else f"tool {tool_name}"
+        label = call_label("tool", tool_name, tool_call_id)
         return ToolStep(run=run, label=label + run.who, tool_name=tool_name, key=None, live=True)
     raw_arguments = _raw_arguments(messages, tool_call_id, tool_args)
     return _call_step(run, "tool", tool_name, raw_arguments, tool_call_id, messages)
@@ -108,9 +109,7 @@ def _call_step(
     tool_call_id: str | None,
     messages: Sequence[ModelMessage],
 ) -> ToolStep:
-    words = KINDS[kind].words
-    label = f"{words} {name} (call {tool_call_id})" if tool_call_id else f"{words} {name}"
-    label += run.who
+    label = call_label(KINDS[kind].words, name, tool_call_id) + run.who
     step = ToolStep(
         run=run,
         label=label,
