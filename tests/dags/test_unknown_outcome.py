@@ -99,6 +99,41 @@ def test_fail_stops_the_retry_and_names_the_call_and_the_resolve_command(capfd: 
     assert "sk-live-do-not-show" not in out
 
 
+def test_fail_fails_the_task_without_spending_its_retries(capfd: pytest.CaptureFixture[str]) -> None:
+    # Issue 35 item 3: try 2 finds the call in doubt and the task fails then, not after try 4.
+    dr = run_dag(charge_dag("unknown_fail_no_retries", retries=3, on_unknown_outcome="fail"))
+    out = capfd.readouterr().out
+    assert dr.state == "failed", out[-5000:]
+    assert task_states(dr)[("charge", -1)] == ("failed", 2), out[-5000:]
+    assert CHARGES == [1]
+    assert "The task fails without spending its retries" in out
+    assert "Then clear the task: its next try applies the answer" in out
+
+
+def test_fail_in_a_plain_task_with_durable_attempt_does_not_spend_its_retries(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from airflow.sdk import task
+
+    from airflow_pydantic_ai import DurableCapability, durable_attempt
+
+    agent = cashier()
+    with make_dag("unknown_fail_plain", retries=3) as dag:
+
+        @task
+        def charge() -> str:
+            with durable_attempt(on_unknown_outcome="fail"):
+                return agent.run_sync("Settle invoice 118", capabilities=[DurableCapability()]).output
+
+        charge()
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "failed", out[-5000:]
+    assert task_states(dr)[("charge", -1)] == ("failed", 2), out[-5000:]
+    assert CHARGES == [1]
+    assert "The task fails without spending its retries" in out
+
+
 def test_rerun_runs_the_call_again_with_a_warning(capfd: pytest.CaptureFixture[str]) -> None:
     dr = run_dag(charge_dag("unknown_rerun", on_unknown_outcome="rerun"))
     out = capfd.readouterr().out

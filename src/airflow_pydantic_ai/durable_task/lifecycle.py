@@ -288,7 +288,9 @@ def durable_attempt(
     task = context.get("task") if hasattr(context, "get") else None
     # issue 22: the report as XCom durable_report and Airflow metrics; replayed steps kept out of telemetry
     run.when_ended(lambda report: publish_report(context, report, log=logger, push=getattr(task, "do_xcom_push", True)))
-    with attempt_block(run):
+    from airflow_pydantic_ai.durable_task.modes import replay_misses_fail_at_once
+
+    with replay_misses_fail_at_once(getattr(task, "task_id", "")), attempt_block(run):
         yield run
     if task is not None and hasattr(task, "on_success_callback"):
         delete_cache_after_success(task, run)

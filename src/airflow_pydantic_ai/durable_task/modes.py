@@ -166,17 +166,23 @@ def listening_for_replay_misses(listener: Callable[[str, str], None]) -> Iterato
 @contextmanager
 def replay_misses_fail_at_once(task_id: str) -> Iterator[None]:
     """A replay miss (or a missing fixture in ``replay`` mode) fails the task with no retry: a retry would
-    miss the same way, since the code changed, not the world."""
+    miss the same way, since the code changed, not the world. So does a call whose outcome is unknown and that
+    this try may not run again (``OutcomeUnknown``: ``on_unknown_outcome='fail'``, or an answer "fail the
+    task"): nothing changes between tries until a person records an answer, and then a clear picks it up."""
     from airflow_pydantic_ai.durable.errors import FixtureError, ReplayMiss
+    from airflow_pydantic_ai.durable.side_effects import OutcomeUnknown
 
     try:
         yield
     except Exception as error:
         miss = find_error(error, ReplayMiss) or find_error(error, FixtureError)
-        if miss is None:
+        unknown = find_error(error, OutcomeUnknown) if miss is None else None
+        if miss is None and unknown is None:
             raise
         from airflow.providers.common.compat.sdk import AirflowFailException
 
+        if unknown is not None:
+            raise AirflowFailException(f"OutcomeUnknown: {unknown}") from error
         for listener in list(_MISS_LISTENERS):
             listener(task_id, str(miss))
         raise AirflowFailException(str(miss)) from error

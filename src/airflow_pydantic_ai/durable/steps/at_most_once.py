@@ -309,7 +309,8 @@ def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: An
         f"{doubt.describe()}: its outcome is unknown, so this try does not run it again ({why}). "
         f"Arguments: {masked(doubt.started.arguments, redact)}. To resolve it, "
         + "; ".join(ways)
-        + " (then clear the task, or let its next retry run)"
+        + ". Then clear the task: its next try applies the answer. The task fails without spending its retries: "
+        "no retry could learn more until an answer is recorded"
     )
     return OutcomeUnknown(message, call=doubt)
 
