@@ -286,7 +286,7 @@ def ask_about_outcome(
         ref=doubt.ref,
         call_id=doubt.started.call_id,
         arguments=doubt.started.arguments,
-        started=f"try {doubt.started.attempt} at {doubt.started.when}",
+        started=doubt.started.by,
         task_label=_task_label(context),
         redact=_compat.redact,
         timeout=str(settings.timeout) if settings.timeout else "",

@@ -95,7 +95,7 @@ def cache_resolve(args: Any) -> None:
             resolution = Resolution(answer, doubt.started.attempt, doubt.started.started_at, **who)
         access.store.put(resolution_entry(doubt, resolution))
         replaced = f" (replacing: {doubt.resolution.describe()})" if doubt.resolution is not None else ""
-        started = f"started by try {doubt.started.attempt} at {doubt.started.when}"
+        started = f"started by {doubt.started.by}"
         print(f"Recorded for {doubt.label} (ref {doubt.ref}, {started}): {resolution.describe()}{replaced}")
         print(_next_step(identity, answer))
 

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from airflow_pydantic_ai.durable.errors import DurableError, describe_error
+from airflow_pydantic_ai.durable.errors import DurableError, DurableStorageError, describe_error
 from airflow_pydantic_ai.durable.steps.outcome import Returned, decode_outcome, encode_outcome
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.wording import call_label
@@ -83,6 +83,22 @@ class StartedCall:
     """As the model sent them (a JSON string or a dict); shown to a person masked."""
     attempt: int
     started_at: float
+    unverified: str = ""
+    """Why its start mark exists but cannot be read or verified (then ``attempt`` and ``started_at`` are 0: the
+    start is unknown, and an answer binds to that unknown start). Empty for a readable mark; never stored."""
+
+    @classmethod
+    def unknown(cls, tool: str, call_id: str | None, arguments: Any, why: str) -> StartedCall:
+        """A call whose start mark exists but cannot be verified: started by some earlier try, when unknown."""
+        return cls(tool, call_id, arguments, 0, 0.0, why)
+
+    @property
+    def by(self) -> str:
+        """Which try started it and when: ``try 1 at 2026-11-28 10:00:00 UTC``, or, for a mark that cannot be
+        verified, ``an earlier try (its start mark cannot be verified: ...)``."""
+        if self.unverified:
+            return f"an earlier try (its start mark cannot be verified: {self.unverified})"
+        return f"try {self.attempt} at {self.when}"
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -211,10 +227,7 @@ class CallInDoubt:
         return self.key[:10]
 
     def describe(self) -> str:
-        return (
-            f"{self.label} was started by try {self.started.attempt} at {self.started.when} and never finished "
-            "(that try was cut off while it ran)"
-        )
+        return f"{self.label} was started by {self.started.by} and never finished (that try was cut off while it ran)"
 
 
 @dataclass(frozen=True)
@@ -252,28 +265,50 @@ class AskAboutOutcome(DurableError):
         self.call = call
 
 
-def _doubt(run: StepOwner, step: ToolStep) -> CallInDoubt | None:
+def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
     """The call in doubt at ``step`` (an earlier start with no result), with its resolution; None when there is none."""
     assert step.key is not None
-    mark = run.entries.get(entry_name(_STARTED, step.key))
-    if mark is None or entry_name("tool", step.key) in run.entries:
-        return None  # never started, or it finished (a tool named live in replay mode runs again by design)
+    name = entry_name(_STARTED, step.key)
+    mark = run.entries.get(name)
+    if entry_name("tool", step.key) in run.entries:
+        return None  # it finished (a tool named live in replay mode runs again by design)
     shown = step.shown()
+    if mark is None:
+        why = run.unverified.get(name)
+        if why is None:
+            return None  # never started
+        # Issue 35: a mark that exists but cannot be verified (damaged, sealed with a key not kept) still says the
+        # call may have started: as if intact, whatever durable_storage_errors says.
+        run.log.warning(
+            "Durable: the start mark of %s (%s%s) cannot be verified (%s); the call counts as started by an earlier "
+            "try with its outcome unknown",
+            shown,
+            run.store.location,
+            name,
+            why,
+        )
+        started = StartedCall.unknown(step.tool_name, step.call_id, step.arguments, why)
+        return CallInDoubt(step.key, run.answer_number, shown, started, _answer_for(run, step, started), None)
     try:
         started = StartedCall.from_payload(mark.payload)
     except Exception as error:  # a mark that cannot be read: the call cannot be proven started; say so
         run.entry_unusable(mark, error, f"{shown} is treated as started by try {mark.attempt} with its outcome unknown")
         started = StartedCall(step.tool_name, step.call_id, step.arguments, mark.attempt, mark.recorded_at or 0.0)
-    resolution = None
+    return CallInDoubt(step.key, run.answer_number, shown, started, _answer_for(run, step, started), mark.scope)
+
+
+def _answer_for(run: StepOwner, step: ToolStep, started: StartedCall) -> Resolution | None:
+    """The recorded answer about ``started`` (None: none, another start's, or one that cannot be read)."""
+    assert step.key is not None
     answer = run.entries.get(entry_name(_RESOLUTION, step.key))
-    if answer is not None:
-        try:
-            found = Resolution.from_payload(answer.payload)
-        except Exception as error:
-            run.entry_unusable(answer, error, f"the outcome of {shown} counts as unanswered")
-        else:
-            resolution = found if found.resolves(started) else None
-    return CallInDoubt(step.key, run.answer_number, shown, started, resolution, mark.scope)
+    if answer is None:
+        return None
+    try:
+        found = Resolution.from_payload(answer.payload)
+    except Exception as error:
+        run.entry_unusable(answer, error, f"the outcome of {step.shown()} counts as unanswered")
+        return None
+    return found if found.resolves(started) else None
 
 
 def masked_value(arguments: Any, redact: Any) -> Any:
@@ -315,7 +350,7 @@ def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: An
     return OutcomeUnknown(message, call=doubt)
 
 
-def before_live_call(run: StepOwner, step: ToolStep, rules: OutcomeRules, *, redact: Any = None) -> None:
+def before_live_call(run: AttemptOwner, step: ToolStep, rules: OutcomeRules, *, redact: Any = None) -> None:
     """Before an at-most-once call runs live: settle an earlier start that never finished.
 
     Returns with the call either replaying (``step.is_replay``: "it happened", with the result given) or to run
@@ -329,6 +364,11 @@ def before_live_call(run: StepOwner, step: ToolStep, rules: OutcomeRules, *, red
             step.shown(),
         )
         return
+    if run.unread:
+        raise DurableStorageError(
+            f"{step.shown()} is at most once, and the durable cache could not be read ({run.unread}), so whether an "
+            "earlier try started it is unknown: it does not run. Fix the storage; the next try reads the cache again"
+        )
     doubt = _doubt(run, step)
     if doubt is not None and not _settle(run, step, doubt, rules, redact=redact):
         return  # replays the answer's result
@@ -365,8 +405,10 @@ def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRu
     raise unknown_outcome_error(doubt, rules, redact=redact, why=why)
 
 
-def mark_start(run: StepOwner, step: ToolStep, *, redact: Any = None) -> None:
-    """Record that ``step``'s call starts now (one write), right before it runs.
+def mark_start(run: AttemptOwner, step: ToolStep, *, redact: Any = None) -> None:
+    """Record that ``step``'s call starts now (one write), right before it runs; raises
+    :class:`~airflow_pydantic_ai.durable.errors.DurableStorageError` when the mark cannot be stored, whatever
+    ``durable_storage_errors`` says: a call whose start is not recorded does not run (it fails closed).
 
     The mark keeps the arguments for the person who may be asked about the call, masked by ``redact`` (Airflow's
     secrets masker): a registered secret among them never reaches the cache, and never keeps the mark out of it.
@@ -393,10 +435,11 @@ def mark_start(run: StepOwner, step: ToolStep, *, redact: Any = None) -> None:
     if run.record(entry, f"the start of {step.shown()}"):
         step.started_mark = entry.name
         return
-    run.log.warning(
-        "Durable: the start of %s could not be recorded (see above): if this try is cut off while it runs, a "
-        "retry cannot tell and runs it again",
-        step.shown(),
+    raise DurableStorageError(
+        f"the start of {step.shown()} could not be recorded in the durable cache at {run.store.location} "
+        f"({run.writer.problem or 'see the log above'}), so it does not run: an at_most_once() call runs only once "
+        "its start is recorded, or a retry could not tell that it ran. Fix the storage; the next try runs the call "
+        "once the cache takes writes"
     )
 
 

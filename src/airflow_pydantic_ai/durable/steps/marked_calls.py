@@ -24,12 +24,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
+from airflow_pydantic_ai.durable.storage.stored import unverified_entries
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.at_most_once import CallInDoubt, Resolution
     from airflow_pydantic_ai.durable.storage.reader import CacheReader
 
 __all__ = ["CallState", "MarkedCall", "marked_calls"]
+
+_STARTED_PREFIX = "started-"
 
 CallState = Literal["unfinished", "resolved", "finished"]
 """Where a call that left a start mark stands: cut off and unanswered, cut off and answered, or ended."""
@@ -68,7 +71,7 @@ class MarkedCall:
 
     def describe(self) -> str:
         """Its state in one line: ``outcome unknown: started by try 1 at 2026-11-28 10:00:00 UTC, never finished``."""
-        started = f"started by try {self.call.started.attempt} at {self.call.started.when}"
+        started = f"started by {self.call.started.by}"
         if self.state == "finished":
             return f"at most once: {started}, finished"
         if self.state == "unfinished":
@@ -90,9 +93,15 @@ class MarkedCall:
 
 def marked_calls(reader: CacheReader) -> list[MarkedCall]:
     """Every at-most-once call of ``reader``'s cache that left a start mark, oldest start first (one survey)."""
-    entries = {name: entry for name, (entry, _) in reader.survey().entries.items()}
+    survey = reader.survey()
+    entries = {name: entry for name, (entry, _) in survey.entries.items()}
     marks = [entry for entry in entries.values() if entry.step_role == "started"]
-    if not marks:
+    unverified = {
+        name: why
+        for name, why in unverified_entries(survey).items()
+        if name.startswith(_STARTED_PREFIX) and entry_name("tool", name[len(_STARTED_PREFIX) : -5]) not in entries
+    }
+    if not marks and not unverified:
         return []
     checkpoints: dict[str, list[StepEntry]] = {}
     for entry in entries.values():
@@ -102,6 +111,7 @@ def marked_calls(reader: CacheReader) -> list[MarkedCall]:
         _classify(mark, entries, sorted(checkpoints.get(mark.key, []), key=lambda entry: entry.recorded_at or 0.0))
         for mark in marks
     ]
+    found += [_unverified(name[len(_STARTED_PREFIX) : -5], why, entries) for name, why in sorted(unverified.items())]
     return sorted(found, key=lambda marked: (marked.call.started.started_at, marked.call.key))
 
 
@@ -121,6 +131,21 @@ def _classify(mark: StepEntry, entries: dict[str, StepEntry], saved: list[StepEn
     state: CallState = "resolved" if call.resolution is not None else "finished" if recorded else "unfinished"
     names = tuple(str(entry.payload.get("name", "")) for entry in saved)
     return MarkedCall(call, state, names, "; ".join(problems), recorded)
+
+
+def _unverified(key: str, why: str, entries: dict[str, StepEntry]) -> MarkedCall:
+    """A call whose start mark exists but cannot be verified: in doubt, as a retry treats it (issue 35), its tool
+    unknown here (the retry that reaches it knows it), its start unknown (an answer binds to that)."""
+    from airflow_pydantic_ai.durable.steps.at_most_once import CallInDoubt, StartedCall
+
+    problems: list[str] = []
+    started = StartedCall.unknown("(unknown: its start mark cannot be read)", None, None, why)
+    found = _answer(entries.get(entry_name("resolution", key)), problems)
+    resolution = found if found is not None and found.resolves(started) else None
+    call = CallInDoubt(key, 0, "tool (its start mark cannot be read)", started, resolution, None)
+    state: CallState = "resolved" if resolution is not None else "unfinished"
+    problems.insert(0, f"its start mark cannot be verified ({why}); the call counts as started, its outcome unknown")
+    return MarkedCall(call, state, (), "; ".join(problems), False)
 
 
 def _answer(entry: StepEntry | None, problems: list[str]) -> Resolution | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.usage import UsageLimits
 
+from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.steps.at_most_once import OutcomeRules
@@ -98,11 +99,13 @@ def load_cache(run: AttemptOwner, probe: bool, belongs: Callable[[Collection[int
     they allow; an earlier DAG run's cache is discarded instead."""
     writer, store, log = run.writer, run.store, run.log
     if probe and not writer.check_at_start():
+        run.unread = f"it was unreachable when the try started ({writer.backoff.reason})"
         return
     try:
         loaded = store.load()
     except Exception as error:
         writer.load_failed(error)
+        run.unread = describe_error(error)
         return
     tries = {entry.attempt for entry in (*loaded.entries.values(), *loaded.tombstones.values())}
     if tries and belongs is not None and not belongs(tries):
@@ -110,7 +113,7 @@ def load_cache(run: AttemptOwner, probe: bool, belongs: Callable[[Collection[int
         if run.budget is not None:  # what an earlier DAG run spent is not this one's
             run.budget.earlier = run.budget.resumed = Spent()
         return
-    run.entries = loaded.entries
+    run.entries, run.unverified = loaded.entries, loaded.unverified
     writer.numbers = StepNumbers(loaded.entries.values())
     if any(entry.recorded_at is None for entry in loaded.entries.values()):
         # Release 0.1.0 wrote this cache: key the attempt as it did, so that its steps replay.

@@ -41,6 +41,10 @@ class StepOwner(Protocol):
     attempt: int
     entries: dict[str, StepEntry]
     """What the cache held when the attempt started (read only)."""
+    unverified: dict[str, str]
+    """Entries that exist but could not be verified (name -> why), read only."""
+    unread: str
+    """Why the cache could not be read at all (empty when it was)."""
     run_task: asyncio.Task[Any] | None
     budget: RetryBudget | None
     """Usage limits counted across tries (issue 22), checked before a live request or tool call."""

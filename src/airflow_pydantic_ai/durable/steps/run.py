@@ -79,6 +79,10 @@ class DurableRun:
     writer: StepWriter
     attempt: int
     entries: dict[str, StepEntry] = field(default_factory=dict, repr=False)
+    unverified: dict[str, str] = field(default_factory=dict, repr=False)
+    """Entries that exist but could not be verified (name -> why): a start mark among them puts its call in doubt."""
+    unread: str = field(default="", repr=False)
+    """Why the cache could not be read at all (empty: it was, or it was not asked): no at-most-once call runs."""
     keys: KeyChain = field(default_factory=KeyChain, repr=False)
     stats: AttemptStats = field(default_factory=AttemptStats)
     last_answer: LastAnswer = field(default_factory=LastAnswer, repr=False)

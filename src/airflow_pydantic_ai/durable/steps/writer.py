@@ -108,6 +108,8 @@ class StepWriter:
     storage_errors: StorageErrors = "warn"
     outlook: TryOutlook = field(default_factory=TryOutlook)
     not_persisted: int = 0
+    problem: str = ""
+    """Why the last entry :meth:`persist` did not store was not stored (for an error that must name it)."""
     written: list[str] = field(default_factory=list)
     """Names of the entries this attempt stored, oldest first (the cache is deleted newest first)."""
     backoff: _Backoff = field(default_factory=_Backoff)
@@ -163,6 +165,7 @@ class StepWriter:
         """Store ``entry``; False when it was not stored (the log says why)."""
         if self.contains_secret(entry.payload):
             self.not_persisted += 1
+            self.problem = "it contains a value registered as secret"
             self.log.warning(
                 "Durable: %s contains a value registered as secret; %s",
                 what,
@@ -172,6 +175,7 @@ class StepWriter:
         if self.backoff.active:
             # An unreachable store would make every step wait for its timeout: skip, and say so.
             self.not_persisted += 1
+            self.problem = f"the cache is unreachable ({self.backoff.reason})"
             self.log.error(
                 "Durable: did not store %s: the cache at %s is unreachable (%s); %s",
                 what,
@@ -184,6 +188,7 @@ class StepWriter:
             data = self.store.encode(entry)
         except (ValueError, TypeError, RecursionError) as error:  # the value, not the storage, is at fault
             self.not_persisted += 1
+            self.problem = f"it cannot be written as JSON ({describe_error(error)})"
             self.log.warning(
                 "Durable: %s is not cached: it cannot be written as JSON (%s)", what, describe_error(error)
             )
@@ -201,6 +206,7 @@ class StepWriter:
 
     def _write_failed(self, entry: StepEntry, what: str, error: Exception) -> None:
         self.not_persisted += 1
+        self.problem = f"writing {entry.name} failed: {describe_error(error)}"
         self.log.error(
             "Durable: could not store %s at %s%s: %s", what, self.store.location, entry.name, describe_error(error)
         )

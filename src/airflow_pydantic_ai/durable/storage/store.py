@@ -57,6 +57,7 @@ from airflow_pydantic_ai.durable.storage.stored import (
     modified_time,
     newer,
     stored_bytes,
+    unverified_entries,
 )
 from airflow_pydantic_ai.durable.storage.tombstone import Mark, forgotten_by, is_tombstone
 
@@ -164,6 +165,7 @@ class StepStore:
         loaded = LoadedCache(bytes_read=survey.bytes_read)
         loaded.entries = {name: entry for name, (entry, _) in survey.entries.items()}
         loaded.tombstones = {name: entry for name, (entry, _) in survey.tombstones.items()}
+        loaded.unverified = unverified_entries(survey)
         for stored, error in survey.damaged:
             where = f"{stored.name} in {stored.container}" if stored.in_pack else stored.name
             loaded.skipped[where] = str(error)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry, is_entry_name, is_pack_name
 
-__all__ = ["LoadedCache", "StoredEntry", "Survey", "modified_time", "newer", "stored_bytes"]
+__all__ = ["LoadedCache", "StoredEntry", "Survey", "modified_time", "newer", "stored_bytes", "unverified_entries"]
 
 
 def modified_time(info: dict[str, Any]) -> dt.datetime | None:
@@ -43,6 +44,9 @@ class LoadedCache:
     bytes_read: int = 0
     tombstones: dict[str, StepEntry] = field(default_factory=dict)
     """The tombstones found (``tombstone.py``): already honoured in ``entries``, never steps."""
+    unverified: dict[str, str] = field(default_factory=dict)
+    """Entry name -> why it could not be verified, for entries that exist with no readable copy
+    (:func:`unverified_entries`): an at-most-once call whose start mark is one of them is in doubt."""
 
 
 @dataclass(frozen=True)
@@ -100,3 +104,24 @@ def newer(entry: StepEntry, than: StepEntry) -> bool:
     """Whether ``entry`` was written after ``than`` (a later try, or later in the same try): the newest copy of a
     name wins when a cache holds it twice (a pack and a single entry)."""
     return (entry.attempt, entry.recorded_at or 0.0) > (than.attempt, than.recorded_at or 0.0)
+
+
+_NAMED_IN_A_PACK = re.compile(rb'"([a-z_]+-[A-Za-z0-9_.-]+\.json)":\{')
+
+
+def unverified_entries(survey: Survey) -> dict[str, str]:
+    """Entry name -> why it could not be verified, for every entry that exists in storage with no readable copy:
+    a damaged single entry, a damaged or sealed entry of a readable pack, and the entries a pack that cannot be
+    read as a whole still names in its bytes (a torn or garbled pack keeps its entries' names in clear).
+    What the at-most-once guard needs: a start mark that exists but cannot be read still says the call started."""
+    found: dict[str, str] = {}
+    for item, error in survey.damaged:
+        if not item.in_pack and is_pack_name(item.name):
+            data = item.data if isinstance(item.data, bytes) else b""
+            for raw in _NAMED_IN_A_PACK.findall(data):
+                name = raw.decode("ascii", "replace")
+                if is_entry_name(name):
+                    found.setdefault(name, f"in {item.name}, which cannot be read: {error}")
+            continue
+        found.setdefault(item.name, str(error))
+    return {name: why for name, why in found.items() if name not in survey.entries}
