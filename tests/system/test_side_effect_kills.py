@@ -191,6 +191,27 @@ def test_an_at_most_once_call_killed_at_each_point(trial: Trial, point: str, pol
         trial.assert_cache_deleted()
 
 
+@pytest.mark.parametrize("storage_errors", ["warn", "fail"])
+def test_a_killed_call_whose_start_mark_then_has_a_flipped_byte_is_still_in_doubt(
+    fork_server: ForkServer, tmp_path: Path, storage_errors: str
+) -> None:
+    """Issue 35: a mark that cannot be verified still says the call started (on disk: the S3 trials above cover
+    the kill points; here the damage is what counts)."""
+    trial = Trial(fork_server, tmp_path, Cache(str(tmp_path / "cache")))
+    trial.killed_at(POINTS["after-effect"], at_most_once=True)
+    [mark] = cache_root(tmp_path / "cache").glob("started-*.json")
+    data = bytearray(mark.read_bytes())
+    data[data.index(b'"step"')] ^= 0x01
+    mark.write_bytes(bytes(data))
+
+    second = trial.run(2, at_most_once=True, on_unknown="fail", storage_errors=storage_errors)
+
+    assert trial.side_effects == 1, second
+    error = second["error"]
+    assert error.startswith(f"OutcomeUnknown: {CALL} was started by an earlier try (its start mark cannot"), error
+    assert "output" not in second
+
+
 def _happened(asked_in: dict[str, Any]) -> dict[str, Any]:
     return {"key": asked_in["asked"]["key"], "happened": "receipt r-1"}
 
