@@ -179,15 +179,58 @@ def test_ask_waits_and_an_answer_it_happened_gives_the_model_the_result(
     assert task_states(dr)[("charge", -1)] == ("success", 2)
     detail = responder.details[0]
     assert detail["subject"] == "unknown_ask_happened.charge: did this tool call happen?"
-    assert detail["options"] == ["It happened", "Run it again", "Fail the task"]
+    assert detail["options"] == ["It happened", "It happened, result unknown", "Run it again", "Fail the task"]
     body = detail["body"]
     assert "`charge_card`" in body and "call id `charge-1`" in body and "in try 1 at " in body and " UTC" in body
     assert '"customer": "acme"' in body and "sk-live-do-not-show" not in body and "***" in body
     assert "result" in detail["params"]
-    assert "Unknown outcome: waiting for an answer (It happened / Run it again / Fail the task)" in out
+    assert "Unknown outcome: waiting for an answer (It happened / It happened, result unknown / Run it again / Fail the task)" in out
     [asked] = [line for line in out.splitlines() if "a person is asked whether it happened" in line]
     assert "[warning" in asked, "a call cut off mid-run is worth a WARNING, as with rerun"
     assert "alice answered 'it happened' (the Required Actions page)" in out
+
+
+NO_RESULT = "The call happened; its result is unknown. Do not call it again."
+
+
+@PARKS
+def test_it_happened_needs_a_result_or_the_choice_result_unknown_which_the_model_reads(
+    api: HitlApi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 35 item 4: "It happened" with an empty result is asked again; "result unknown" is said to the model.
+    dag = charge_dag("unknown_ask_no_result")
+    answers = [choose("It happened", user="alice", result=""), choose("It happened, result unknown", user="alice")]
+    with Responder(api, "unknown_ask_no_result", "charge", answers) as responder:
+        dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "success", out[-5000:]
+    assert CHARGES == [1]
+    assert [json.dumps(NO_RESULT)] == MODEL_SAW, "the model never reads None"
+    assert len(responder.details) == 2, "the answer without a result was asked again"
+    assert "gives no result for the model (the field 'result' is empty)" in out
+    assert "alice answered 'it happened, result unknown' (the Required Actions page)" in out
+    assert "**It happened, result unknown**" in responder.details[0]["body"]
+
+
+def test_cache_resolve_happened_needs_a_result_or_no_result(capfd: pytest.CaptureFixture[str]) -> None:
+    from airflow_pydantic_ai.cli.resolve_command import cache_resolve
+
+    dag = charge_dag("unknown_resolve_no_result", on_unknown_outcome="fail")
+    dr = run_dag(dag)
+    assert dr.state == "failed"
+    capfd.readouterr()
+    with pytest.raises(SystemExit, match="--happened needs the result the model is given"):
+        cache_resolve(_resolve_args(dr, "--happened"))
+    with pytest.raises(SystemExit, match="--result null gives the model no result"):
+        cache_resolve(_resolve_args(dr, "--happened", result="null"))
+
+    cache_resolve(_resolve_args(dr, "--happened", no_result=True))
+    assert "answered 'it happened, result unknown'" in capfd.readouterr().out
+    state, _ = clear_and_rerun(dag, dr, "charge")
+    out = capfd.readouterr().out
+    assert state == "success", out[-5000:]
+    assert CHARGES == [1]
+    assert [json.dumps(NO_RESULT)] == MODEL_SAW
 
 
 @PARKS
@@ -216,7 +259,7 @@ def test_nobody_answering_in_time_fails_the_task(api: HitlApi, capfd: pytest.Cap
     assert "nobody answered within the approval_timeout" in out
 
 
-def _resolve_args(dr: Any, *answer: str, result: str | None = None) -> argparse.Namespace:
+def _resolve_args(dr: Any, *answer: str, result: str | None = None, no_result: bool = False) -> argparse.Namespace:
     return argparse.Namespace(
         dag_id=dr.dag_id,
         run_id=dr.run_id,
@@ -226,6 +269,7 @@ def _resolve_args(dr: Any, *answer: str, result: str | None = None) -> argparse.
         rerun="--rerun" in answer,
         fail="--fail" in answer,
         result=result,
+        no_result=no_result,
         map_index=-1,
         iteration=None,
     )

@@ -124,7 +124,7 @@ def test_resolve_rerun_from_the_cli_then_clear_runs_the_call_again(
     assert "--call 'nope' matches no call in doubt" in unknown.stderr
     assert "tool charge_card (call charge-1) was started by try 1" in unknown.stderr
     no_answer = _cli(encrypted_cache, *ids, "--call", "charge-1")
-    assert no_answer.returncode == 1 and "--happened [--result JSON_OR_TEXT]" in no_answer.stderr
+    assert no_answer.returncode == 1 and "--happened --result JSON_OR_TEXT" in no_answer.stderr
 
     show = subprocess.run(
         [*_command(), "cache", "show", *ids],
@@ -167,3 +167,25 @@ def test_resolve_happened_with_a_json_result_replays_it(
     assert state == "success", out[-5000:]
     assert CHARGES == [1]
     assert MODEL_SAW == ['{"receipt": "r-1042"}']
+
+
+def test_resolve_happened_needs_a_result_or_no_result_which_the_model_reads(
+    encrypted_cache: dict[str, str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    dag = _cut_off_dag("resolve_cli_no_result")
+    dr = run_dag(dag)
+    assert dr.state == "failed"
+    ids = [dr.dag_id, dr.run_id, "charge"]
+    bare = _cli(encrypted_cache, *ids, "--call", "charge-1", "--happened")
+    assert bare.returncode == 1 and "--happened needs the result the model is given" in bare.stderr
+    assert "--no-result" in _cli(encrypted_cache, "--help").stdout
+
+    resolved = _cli(encrypted_cache, *ids, "--call", "charge-1", "--happened", "--no-result")
+    assert resolved.returncode == 0, resolved.stderr
+    assert "answered 'it happened, result unknown'" in resolved.stdout
+
+    state, _ = clear_and_rerun(dag, dr, "charge")
+    out = capfd.readouterr().out
+    assert state == "success", out[-5000:]
+    assert CHARGES == [1]
+    assert [json.dumps("The call happened; its result is unknown. Do not call it again.")] == MODEL_SAW

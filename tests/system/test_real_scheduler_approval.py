@@ -152,7 +152,7 @@ def test_a_person_says_a_call_cut_off_happened_and_the_retry_does_not_run_it_aga
     cluster.login_as("alice", USERS["alice"][1])
     detail = cluster.hitl_detail(UNKNOWN_DAG_ID, run_id, "charge")
     assert detail["subject"] == f"{UNKNOWN_DAG_ID}.charge: did this tool call happen?"
-    assert detail["options"] == ["It happened", "Run it again", "Fail the task"]
+    assert detail["options"] == ["It happened", "It happened, result unknown", "Run it again", "Fail the task"]
     assert (
         "charge_card" in detail["body"] and "in try 1 at " in detail["body"] and '"customer": "acme"' in detail["body"]
     )

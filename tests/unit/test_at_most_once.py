@@ -378,3 +378,26 @@ def test_an_earlier_runs_cache_names_the_call_it_cut_off_when_it_is_deleted(harn
     assert "(1 step by try 1, written " in warning, "the start mark is no step"
     assert "and 1 at-most-once call a try started and never finished: tool charge_card (call c1)" in warning
     assert not harness.store(log).exists()
+
+
+def test_an_answer_it_happened_never_gives_the_model_none() -> None:
+    # Issue 35 item 4: a result, or the explicit "result unknown" whose text the model reads.
+    from airflow_pydantic_ai.durable.side_effects import StartedCall
+    from airflow_pydantic_ai.durable.steps.at_most_once import NO_RESULT
+    from airflow_pydantic_ai.durable.steps.outcome import decode_outcome
+
+    started = StartedCall("charge_card", "c1", {"amount": 42}, 1, 1.5)
+    with pytest.raises(ValueError, match="needs the result the model is given"):
+        Resolution.happened(started, None)
+    unknown = Resolution.happened_without_result(started, answered_by="ana")
+    assert unknown.describe() == "ana answered 'it happened, result unknown' (a person)"
+    assert unknown.result is not None and decode_outcome(unknown.result).value == NO_RESULT  # type: ignore[union-attr]
+    assert Resolution.from_payload(unknown.to_payload()) == unknown
+    # An answer an earlier release recorded with no result is read as "result unknown".
+    legacy = {**Resolution("happened", 1, 1.5).to_payload(), "result": {"outcome": "return", "value": None}}
+    legacy.pop("no_result")
+    from airflow_pydantic_ai.durable.steps.outcome import Returned, encode_outcome
+
+    legacy["result"] = encode_outcome(Returned(None))
+    read = Resolution.from_payload(legacy)
+    assert read.no_result and decode_outcome(read.result).value == NO_RESULT  # type: ignore[arg-type,union-attr]

@@ -110,7 +110,7 @@ def test_the_question_shows_the_call_masked_when_it_started_and_what_each_answer
         param=_param,
     )
     assert request.subject == "billing.charge: did this tool call happen?"
-    assert request.options == ["It happened", "Run it again", "Fail the task"]
+    assert request.options == ["It happened", "It happened, result unknown", "Run it again", "Fail the task"]
     assert request.defaults is None  # nobody answering never counts as an answer
     assert set(request.params) == {"result"}
     body = request.body
@@ -141,7 +141,7 @@ def test_on_a_page_showing_an_earlier_question_only_the_calls_own_field_answers(
     own = {"chosen_options": ["Approve all"], "params_input": {"outcome_abc": "Happened", "result": "r-1"}}
     assert read_outcome_answer(own, "abc", request_is_current=False).answer == "happened"
     wrong = read_outcome_answer({"params_input": {"outcome_abc": "maybe"}}, "abc", request_is_current=False)
-    assert wrong.answer is None and "not one of happened, rerun, fail" in wrong.warnings[0]
+    assert wrong.answer is None and "not one of happened, no-result, rerun, fail" in wrong.warnings[0]
 
 
 def test_an_answer_that_says_nothing_usable_is_ignored_and_a_timeout_is_reported() -> None:

@@ -26,6 +26,8 @@ from pydantic_ai.messages import ToolCallPart
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.approval.answer import read_answer, read_outcome_answer
 from airflow_pydantic_ai.approval.request import (
+    IT_HAPPENED,
+    IT_HAPPENED_NO_RESULT,
     OUTCOME_OPTIONS,
     RESULT_FIELD,
     PendingCall,
@@ -38,9 +40,11 @@ from airflow_pydantic_ai.durable import DecisionStep, DurableRun, WaitingForDeci
 from airflow_pydantic_ai.durable.side_effects import (
     CallInDoubt,
     Resolution,
+    StartedCall,
     parse_result,
     unknown_outcome_error,
 )
+from airflow_pydantic_ai.durable.storage.entry import entry_name
 
 __all__ = ["ANSWERED_VIA", "ApprovalSettings", "Resume", "ask", "ask_about_outcome", "record_answer"]
 
@@ -300,8 +304,8 @@ def ask_about_outcome(
         log.warning(
             "Unknown outcome: Airflow keeps one request per task try, so its Required Actions page still shows an "
             "earlier question; this one is in the task's rendered field '%s'. Answer it through the REST API (PATCH "
-            ".../taskInstances/%s/%s/hitlDetails) with any option and params_input {'%s': 'happened' | 'rerun' | "
-            "'fail', '%s': <the result for the model>}",
+            ".../taskInstances/%s/%s/hitlDetails) with any option and params_input {'%s': 'happened' | 'no-result' | "
+            "'rerun' | 'fail', '%s': <the result for the model>}",
             RENDERED_FIELD,
             context["ti"].task_id,
             getattr(context["ti"], "map_index", -1),
@@ -333,12 +337,19 @@ def _doubt_again(run: DurableRun, asked: dict[str, Any]) -> CallInDoubt | None:
     (``cache resolve``); None when the mark is gone or unreadable."""
     found = {entry.kind: entry for entry in run.entries.values() if entry.key == asked.get("key")}
     mark, answer = found.get("started"), found.get("resolution")
-    if mark is None:
-        return None
     resolution = None
     if answer is not None:
         with contextlib.suppress(KeyError, TypeError, ValueError):  # the engine says so when it reaches the call
             resolution = Resolution.from_payload(answer.payload)
+    if mark is None:
+        key = str(asked.get("key"))
+        why = run.unverified.get(entry_name("started", key))
+        if why is None or "tool" in found:
+            return None
+        # Issue 35: a mark that cannot be verified is a start all the same (the one asked about, when unknown).
+        started = StartedCall.unknown(str(asked.get("tool")), None, None, why)
+        resolved = resolution if resolution is not None and resolution.resolves(started) else None
+        return CallInDoubt(key, 0, f"tool {started.tool}", started, resolved, None)
     try:
         return CallInDoubt.of_mark(mark, resolution)
     except (KeyError, TypeError, ValueError):
@@ -381,8 +392,22 @@ def _record_outcome(run: DurableRun, resume: Resume, asked: dict[str, Any], *, l
         )
         return
     who: dict[str, Any] = {"answered_by": answer.answered_by, "via": ANSWERED_VIA, "answered_at": time.time()}
+    result = parse_result(answer.result)
+    if answer.answer == "happened" and result is None:
+        log.warning(
+            "Unknown outcome: the answer '%s' about %s (ref %s) gives no result for the model (the field '%s' is "
+            "empty); choose '%s' when its result is unknown. It is asked again",
+            IT_HAPPENED,
+            tool,
+            ref,
+            RESULT_FIELD,
+            IT_HAPPENED_NO_RESULT,
+        )
+        return
     if answer.answer == "happened":
-        resolution = Resolution.happened(doubt.started, parse_result(answer.result), **who)
+        resolution = Resolution.happened(doubt.started, result, **who)
+    elif answer.answer == "no-result":
+        resolution = Resolution.happened_without_result(doubt.started, **who)
     else:
         resolution = Resolution(answer.answer, doubt.started.attempt, doubt.started.started_at, **who)  # type: ignore[arg-type]
     run.resolve(doubt, resolution)

@@ -27,6 +27,7 @@ __all__ = [
     "DECIDE_PER_CALL",
     "FAIL_THE_TASK",
     "IT_HAPPENED",
+    "IT_HAPPENED_NO_RESULT",
     "OUTCOME_OPTIONS",
     "REASON_FIELD",
     "REJECT_ALL",
@@ -46,9 +47,15 @@ DECIDE_PER_CALL = "Decide per call"
 REASON_FIELD = "reason"
 APPROVE, REJECT = "approve", "reject"
 IT_HAPPENED = "It happened"
+IT_HAPPENED_NO_RESULT = "It happened, result unknown"
 RUN_IT_AGAIN = "Run it again"
 FAIL_THE_TASK = "Fail the task"
-OUTCOME_OPTIONS: dict[str, str] = {IT_HAPPENED: "happened", RUN_IT_AGAIN: "rerun", FAIL_THE_TASK: "fail"}
+OUTCOME_OPTIONS: dict[str, str] = {
+    IT_HAPPENED: "happened",
+    IT_HAPPENED_NO_RESULT: "no-result",
+    RUN_IT_AGAIN: "rerun",
+    FAIL_THE_TASK: "fail",
+}
 """The options of the question about a call in doubt, and the answer (``Resolution.answer``) each gives."""
 RESULT_FIELD = "result"
 
@@ -227,7 +234,9 @@ def build_outcome_request(
         _fence(pretty_arguments(arguments, redact)),
         "",
         f"- **{IT_HAPPENED}**: the call is not run again; the model is given the result you enter in the field "
-        f"*{RESULT_FIELD}* (JSON or text) as what the call returned.",
+        f"*{RESULT_FIELD}* (JSON or text) as what the call returned (required).",
+        f"- **{IT_HAPPENED_NO_RESULT}**: the call is not run again; the model is told that it happened, that its "
+        "result is unknown, and not to call it again.",
         f"- **{RUN_IT_AGAIN}**: the call runs once more: its side effect may happen twice.",
         f"- **{FAIL_THE_TASK}**: the task fails, naming the call (later tries too, until another answer is "
         "recorded with `airflow pydantic-ai cache resolve`).",

@@ -117,6 +117,12 @@ ARG_RESULT = Arg(
     metavar="JSON_OR_TEXT",
     help="With --happened: what the call returned, given to the model (read as JSON when it parses, else as text)",
 )
+ARG_NO_RESULT = Arg(
+    ("--no-result",),
+    action="store_true",
+    help="With --happened, instead of --result: its result is unknown; the model is told the call happened, its "
+    "result is unknown, and not to call it again",
+)
 ARG_RERUN = Arg(("--rerun",), action="store_true", help="Run the call once more (its side effect may happen twice)")
 ARG_FAIL = Arg(("--fail",), action="store_true", help="Fail the task when a try reaches the call")
 
@@ -183,6 +189,7 @@ CACHE_COMMANDS = (
             ARG_CALL,
             ARG_HAPPENED,
             ARG_RESULT,
+            ARG_NO_RESULT,
             ARG_RERUN,
             ARG_FAIL,
             ARG_MAP_INDEX,

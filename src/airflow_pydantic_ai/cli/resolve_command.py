@@ -3,6 +3,7 @@
 A call is in doubt when an earlier try started an ``at_most_once()`` tool call and was cut off before it finished
 (``cache_tools/doubts.py``). ``resolve DAG RUN TASK --call REF`` records the answer a person would give on the
 task's Required Actions page: ``--happened`` (with ``--result``, what the model is told the call returned),
+``--happened --no-result`` (its result is unknown: the model is told so, and not to call it again),
 ``--rerun`` (run it once more) or ``--fail`` (fail the task). The next try that reaches the call applies it; the
 command says how to start that try. The entry is written through the task's own store (same prefix, same
 Fernet cipher when ``durable_encrypt`` is on).
@@ -38,12 +39,30 @@ def _answer(args: Any) -> Answer:
     chosen = [name for name in ("happened", "rerun", "fail") if getattr(args, name)]
     if len(chosen) != 1:
         raise _UserError(
-            "say what happened to the call: --happened [--result JSON_OR_TEXT] (it happened; the model is given the "
-            "result), --rerun (run it once more) or --fail (fail the task); exactly one"
+            "say what happened to the call: --happened --result JSON_OR_TEXT (it happened; the model is given the "
+            "result), --happened --no-result (it happened, its result is unknown), --rerun (run it once more) or "
+            "--fail (fail the task); exactly one"
         )
-    if args.result is not None and chosen != ["happened"]:
-        raise _UserError("--result goes with --happened (the result the model is given for the call that happened)")
+    no_result = getattr(args, "no_result", False)
+    if (args.result is not None or no_result) and chosen != ["happened"]:
+        raise _UserError("--result and --no-result go with --happened (what the model is given for the call)")
+    if chosen == ["happened"] and (args.result is None) == (not no_result):
+        raise _UserError(
+            "--happened needs the result the model is given: --result JSON_OR_TEXT, or --no-result when its result "
+            "is unknown (the model is then told: the call happened, its result is unknown, do not call it again); "
+            "exactly one"
+        )
     return cast("Answer", chosen[0])
+
+
+def _given(text: str) -> Any:
+    """The result typed for --happened; JSON ``null`` is refused (the model would read None and call again)."""
+    from airflow_pydantic_ai.durable.side_effects import parse_result
+
+    value = parse_result(text)
+    if value is None:
+        raise _UserError("--result null gives the model no result: give what the call returned, or use --no-result")
+    return value
 
 
 def _listing(doubts: list[Any]) -> str:
@@ -65,7 +84,7 @@ def _os_user() -> str | None:
 def cache_resolve(args: Any) -> None:
     """Record the answer about one call in doubt of a task instance's cache."""
     from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt, find_call
-    from airflow_pydantic_ai.durable.side_effects import Resolution, parse_result, resolution_entry
+    from airflow_pydantic_ai.durable.side_effects import Resolution, resolution_entry
 
     with _user_errors():
         answer = _answer(args)
@@ -89,8 +108,10 @@ def cache_resolve(args: Any) -> None:
             )
         doubt = matches.found[0]
         who: dict[str, Any] = {"answered_by": _os_user(), "via": resolved_via(), "answered_at": time.time()}
-        if answer == "happened":
-            resolution = Resolution.happened(doubt.started, parse_result(args.result), **who)
+        if answer == "happened" and getattr(args, "no_result", False):
+            resolution = Resolution.happened_without_result(doubt.started, **who)
+        elif answer == "happened":
+            resolution = Resolution.happened(doubt.started, _given(args.result), **who)
         else:
             resolution = Resolution(answer, doubt.started.attempt, doubt.started.started_at, **who)
         access.store.put(resolution_entry(doubt, resolution))

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANSWERS",
+    "NO_RESULT",
     "UNKNOWN_OUTCOME_CHOICES",
     "Answer",
     "AskAboutOutcome",
@@ -65,6 +66,8 @@ UNKNOWN_OUTCOME_CHOICES: tuple[UnknownOutcome, ...] = ("ask", "fail", "rerun")
 Answer = Literal["happened", "rerun", "fail"]
 """A resolution: the call's side effect happened (with the result to give the model), run it again, fail."""
 ANSWERS: tuple[Answer, ...] = ("happened", "rerun", "fail")
+NO_RESULT: Final = "The call happened; its result is unknown. Do not call it again."
+"""What the model is told a call returned when a person says it happened and its result is unknown."""
 _STARTED: Final = "started"
 _RESOLUTION: Final = "resolution"
 
@@ -142,6 +145,8 @@ class Resolution:
     via: str = "a person"
     """How it was answered: ``the Required Actions page``, ``airflow pydantic-ai cache resolve``..."""
     answered_at: float | None = None
+    no_result: bool = False
+    """For ``happened``: the person said its result is unknown; the model is given :data:`NO_RESULT`."""
 
     def resolves(self, started: StartedCall) -> bool:
         return self.attempt == started.attempt and abs(self.started_at - started.started_at) < 1e-6
@@ -155,6 +160,7 @@ class Resolution:
             "answered_by": self.answered_by,
             "via": self.via,
             "answered_at": self.answered_at,
+            "no_result": self.no_result,
         }
 
     @classmethod
@@ -163,10 +169,13 @@ class Resolution:
         if answer not in ANSWERS:
             raise ValueError(f"unknown answer {answer!r} (expected one of {', '.join(ANSWERS)})")
         result = payload.get("result")
+        no_result = bool(payload.get("no_result"))
         if answer == "happened":
             if not isinstance(result, dict):
                 raise ValueError("an answer 'happened' carries the result to give the model")
-            decode_outcome(result)  # a result that cannot be rebuilt is no answer
+            outcome = decode_outcome(result)  # a result that cannot be rebuilt is no answer
+            if isinstance(outcome, Returned) and outcome.value is None:  # never None: the model would call it again
+                result, no_result = encode_outcome(Returned(NO_RESULT)), True
         answered_by, answered_at = payload.get("answered_by"), payload.get("answered_at")
         return cls(
             answer=answer,
@@ -176,14 +185,29 @@ class Resolution:
             answered_by=None if answered_by is None else str(answered_by),
             via=str(payload.get("via") or "a person"),
             answered_at=float(answered_at) if isinstance(answered_at, (int, float)) else None,
+            no_result=no_result and answer == "happened",
         )
 
     @classmethod
     def happened(cls, started: StartedCall, value: Any, **who: Any) -> Resolution:
-        """The side effect happened; ``value`` is what the model is told the call returned."""
+        """The side effect happened; ``value`` is what the model is told the call returned (never None: a
+        result is given, or :meth:`happened_without_result` says it is unknown)."""
+        if value is None:
+            raise ValueError(
+                "an answer 'it happened' needs the result the model is given, or the choice that its result is "
+                "unknown (the model is then told: " + NO_RESULT + ")"
+            )
         return cls("happened", started.attempt, started.started_at, encode_outcome(Returned(value)), **who)
 
+    @classmethod
+    def happened_without_result(cls, started: StartedCall, **who: Any) -> Resolution:
+        """The side effect happened and its result is unknown: the model is told :data:`NO_RESULT`."""
+        result = encode_outcome(Returned(NO_RESULT))
+        return cls("happened", started.attempt, started.started_at, result, no_result=True, **who)
+
     def describe(self) -> str:
+        if self.no_result:
+            return f"{self.answered_by or 'someone'} answered 'it happened, result unknown' ({self.via})"
         words = {"happened": "it happened", "rerun": "run it again", "fail": "fail the task"}[self.answer]
         who = self.answered_by or "someone"
         return f"{who} answered '{words}' ({self.via})"
@@ -335,7 +359,8 @@ def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: An
     """The error that fails the task on a call in doubt: the call, its arguments (masked), how to resolve it."""
     command = rules.resolve_command or "airflow pydantic-ai cache resolve DAG_ID RUN_ID TASK_ID"
     ways = [
-        f"record what happened: {command} --call {doubt.ref} --happened --result '<JSON or text for the model>'",
+        f"record what happened: {command} --call {doubt.ref} --happened --result '<JSON or text for the model>' "
+        "(or --happened --no-result when its result is unknown)",
         f"or allow it to run again: {command} --call {doubt.ref} --rerun",
     ]
     if rules.can_ask and rules.on_unknown != "ask":
