@@ -123,6 +123,7 @@ class DurableRun:
         """
         options = options or AttemptOptions()
         writer = StepWriter(store, log, options.contains_secret, options.storage_errors, options.outlook)
+        writer.max_entry_bytes = options.max_entry_bytes
         run = cls(
             writer=writer,
             attempt=attempt,
