@@ -167,6 +167,9 @@ class StepWriter:
 
     def persist(self, entry: StepEntry, what: str, *, on_secret: str | None = None) -> bool:
         """Store ``entry``; False when it was not stored (the log says why)."""
+        # Text already over the limit is neither scanned nor encoded (a large result's copies cost the memory).
+        if self.max_entry_bytes is not None and self._too_large(what, sum(map(len, iter_text(entry.payload)))):
+            return False
         if self.contains_secret(entry.payload):
             self.not_persisted += 1
             self.log.warning(
@@ -185,9 +188,6 @@ class StepWriter:
                 self.backoff.reason,
                 self.outlook.what_next("it runs again on a retry"),
             )
-            return False
-        # The text alone already over the limit: not encoded at all (a large result's copies cost the memory).
-        if self.max_entry_bytes is not None and self._too_large(what, sum(map(len, iter_text(entry.payload)))):
             return False
         try:
             data = self.store.encode(entry)
