@@ -81,7 +81,9 @@ def redact(value: Any) -> Any:
     """``value`` with Airflow's secrets masked: values under sensitive keys (``password``, ``api_key``...)
     and every value registered as a secret, with the task SDK's masker (a worker's) and core's (the
     api-server's), which each process kind fills on its own. The one redactor of the package: the
-    secret check before a step is written, the approval request, ``cache show`` and the view.
+    secret check before a step is written, the approval request, ``cache show`` and the view. At any depth:
+    Airflow's masker stops masking registered secrets in text five levels down; the strings below are masked
+    one by one here.
 
     The task SDK's masker moved between task SDK releases; common.compat's ``redact`` is the stable name
     for it. Core's masker is private (``airflow._shared.secrets_masker``, checked on Airflow 3.2.2 and
@@ -89,6 +91,28 @@ def redact(value: Any) -> Any:
     """
     for mask in _maskers():
         value = mask(value)
+    return _masked_below_airflows_depth(value, 0)
+
+
+_AIRFLOW_MASKING_DEPTH = 5
+"""Airflow's masker hides values under sensitive keys at any depth, but masks registered secrets in text only
+down to this depth (``SecretsMasker.MAX_RECURSION_DEPTH``); below it, strings come back as they were."""
+
+
+def _masked_below_airflows_depth(value: Any, depth: int) -> Any:
+    """``value`` with every string deeper than Airflow's masker looks masked on its own (as text at depth 0),
+    leaf up, at any depth; shallower values are returned as the masker left them."""
+    if isinstance(value, str):
+        if depth <= _AIRFLOW_MASKING_DEPTH:
+            return value
+        for mask in _maskers():
+            value = mask(value)
+        return value
+    if isinstance(value, dict):
+        return {key: _masked_below_airflows_depth(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_masked_below_airflows_depth(item, depth + 1) for item in value]
+        return items if isinstance(value, list) else tuple(items)  # Airflow's masker turns sets into tuples too
     return value
 
 

@@ -176,6 +176,18 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "20",
                         "default": "60",
                     },
+                    "durable_max_entry_bytes": {
+                        "description": (
+                            "The largest cache entry a durable task stores, in bytes. A step whose stored form "
+                            "is larger (a tool that returns 50 MB) is not cached, with a WARNING naming the "
+                            "step: it runs again on a retry. Bounds the memory a worker needs to record and "
+                            "replay a step."
+                        ),
+                        "version_added": "0.3.0",
+                        "type": "integer",
+                        "example": "1048576",
+                        "default": "16777216",
+                    },
                     "durable_encrypt": {
                         "description": (
                             "Encrypt and authenticate every durable cache entry with Airflow's Fernet key "

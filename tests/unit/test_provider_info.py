@@ -84,6 +84,7 @@ OPTIONS = {
     "durable_mode",
     "durable_storage_errors",
     "durable_storage_timeout",
+    "durable_max_entry_bytes",
     "durable_encrypt",
     "on_clear",
     "durable_budget_across_tries",
@@ -188,3 +189,15 @@ def test_provider_config_defaults_are_readable_through_airflow_conf(monkeypatch:
     assert conf.get("pydantic_ai", "durable_storage_errors") == "warn"
     assert conf.get("pydantic_ai", "durable_cache_path") == ""
     assert conf.getfloat("pydantic_ai", "durable_storage_timeout") == 60.0
+
+
+def test_durable_max_entry_bytes_is_read_once_with_the_settings(monkeypatch):
+    from airflow_pydantic_ai.durable.errors import DurableConfigError
+    from airflow_pydantic_ai.durable_task.settings import _max_entry_bytes
+
+    assert _max_entry_bytes() == 16 * 1024 * 1024
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_MAX_ENTRY_BYTES", "1048576")
+    assert _max_entry_bytes() == 1024 * 1024
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_MAX_ENTRY_BYTES", "0")
+    with pytest.raises(DurableConfigError, match="durable_max_entry_bytes must be a positive number of bytes"):
+        _max_entry_bytes()

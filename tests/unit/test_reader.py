@@ -174,13 +174,15 @@ def test_a_step_shows_its_recorded_value_plain_and_as_stored_on_request(tmp_path
     import datetime as dt
 
     from airflow_pydantic_ai.cache_tools.access import CacheAccess
+    from airflow_pydantic_ai.durable.steps.allowed_types import AllowedTypes
     from airflow_pydantic_ai.durable.steps.codec import encode_value
     from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
     value = {"ticket": Ticket(42, ("auth", "login")), "when": dt.date(2026, 11, 25), "raw": b"\x00", 1: [1.5, None]}
     identity = TaskIdentity("d", "r", "t", -1)
     store = local_store(tmp_path, identity)
-    payload = {"outcome": "return", "value": encode_value(value)}
+    here = AllowedTypes(modules=frozenset({__name__}))  # a tool of this module returned it
+    payload = {"outcome": "return", "value": encode_value(value, here)}
     store.put(StepEntry(kind="tool", key="k", step=1, attempt=1, label="lookup", payload=payload, call_id="c1"))
     access = CacheAccess(identity=identity, store=store, reader=CacheReader(store))
 

@@ -449,10 +449,12 @@ def test_a_class_that_changed_or_vanished_between_tries_runs_live(tmp_path, monk
 
     agent: Agent[Any, str] = Agent(FunctionModel(model))
 
-    @agent.tool_plain
     def make() -> Any:
         made["n"] += 1
         return factory["make"]()
+
+    make.__annotations__["return"] = module.Ticket  # the tool declares the deployed class: it may be stored
+    agent.tool_plain(make)
 
     harness = DurableHarness(base=str(tmp_path / "cache"), identity=IDENTITY)
     warnings: list[list[str]] = []
@@ -515,3 +517,37 @@ def test_every_supported_type_is_tagged_in_the_entry(tmp_path):
         "tool-return": "dataclass",
     }
     assert dataclasses.is_dataclass(ToolReturn) and dataclasses.is_dataclass(BinaryContent)
+
+
+def test_a_result_over_durable_max_entry_bytes_is_not_cached_and_runs_again_on_a_retry(tmp_path):
+    """Issue 35 (9): a 50 MB result is over the 16 MiB default: a WARNING names the tool; a retry runs it again."""
+    from airflow_pydantic_ai.durable_task.settings import DEFAULT_MAX_ENTRY_BYTES
+
+    big = "x" * (50 * 1024 * 1024)
+    calls = {"n": 0}
+    fail = {"left": 1}
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("export", {}, tool_call_id="c1")])
+        if fail["left"]:
+            fail["left"] -= 1
+            raise ModelFailedOnce("provider down (first attempt only)")
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def export() -> str:
+        calls["n"] += 1
+        return big
+
+    harness = DurableHarness(base=str(tmp_path / "cache"), identity=IDENTITY)
+    options = {"max_entry_bytes": DEFAULT_MAX_ENTRY_BYTES}
+    with pytest.raises(ModelFailedOnce):
+        harness.run(agent, "export it", run_options=options)
+    [warning] = [line for line in harness.logs[0].at("warning") if "durable_max_entry_bytes" in line]
+    assert "tool export" in warning and "50.0 MiB" in warning and "16.0 MiB" in warning, warning
+    assert sum(path.stat().st_size for path in Path(harness.root).rglob("*")) < 1024 * 1024, "nothing big stored"
+    result, _, _ = harness.run(agent, "export it", run_options=options)
+    assert result.output == "done" and calls["n"] == 2, "the result was not cached: the tool ran again"

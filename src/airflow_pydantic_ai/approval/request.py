@@ -129,12 +129,37 @@ def pretty_arguments(arguments: Any, redact: Callable[[Any], Any]) -> str:
     return _cut(text, _MAX_ARGUMENTS)
 
 
-def _fence(text: str) -> str:
-    """A Markdown code fence that the text cannot close."""
-    ticks = "```"
+def _ticks_longer_than_any_in(text: str, at_least: int) -> str:
+    ticks = "`" * at_least
     while ticks in text:
         ticks += "`"
-    return f"{ticks}json\n{text}\n{ticks}"
+    return ticks
+
+
+def _fence(text: str, info: str = "json") -> str:
+    """A Markdown code fence that the text cannot close: only our own Markdown renders, never the text's."""
+    ticks = _ticks_longer_than_any_in(text, 3)
+    return f"{ticks}{info}\n{text}\n{ticks}"
+
+
+def _code(text: str) -> str:
+    """``text`` (a tool name, a model-supplied call id) as an inline code span it cannot break out of: one line,
+    cut, inside a backtick run longer than any in it (padded where it starts or ends with a backtick)."""
+    line = _cut(" ".join(str(text).split()), _MAX_VALUE)
+    ticks = _ticks_longer_than_any_in(line, 1)
+    padding = " " if line.startswith("`") or line.endswith("`") or not line.strip() else ""
+    return f"{ticks}{padding}{line}{padding}{ticks}"
+
+
+def _plain(text: str) -> str:
+    """A model-supplied name for a form field's description: one line, cut."""
+    return _cut(" ".join(str(text).split()), _MAX_VALUE)
+
+
+def _masked(body: str, redact: Callable[[Any], Any]) -> str:
+    """The rendered text masked as a whole, last: a secret that any part of it shows (at whatever depth of the
+    arguments it sat) is hidden in what a person reads."""
+    return str(redact(body))
 
 
 def build_request(
@@ -164,12 +189,14 @@ def build_request(
         f"The agent of **{task_label}** asked to run {count} tool {noun}, which "
         f"{'does' if count == 1 else 'do'} not run before a person decides.",
         "",
-        f"**Task prompt:** {summary}",
+        "**Task prompt:**",
+        "",
+        _fence(summary, "text"),  # the prompt's own Markdown (an image, a link) is shown, never rendered
         "",
     ]
     for number, call in enumerate(calls, start=1):
         lines += [
-            f"### {number}. `{call.tool_name}` (ref `{call.ref}`, call id `{call.call_id}`)",
+            f"### {number}. {_code(call.tool_name)} (ref {_code(call.ref)}, call id {_code(call.call_id)})",
             "",
             _fence(pretty_arguments(call.arguments, redact)),
             "",
@@ -181,10 +208,11 @@ def build_request(
         options.append(DECIDE_PER_CALL)
         lines.append(f"To decide call by call, set each call's field and choose **{DECIDE_PER_CALL}**.")
         for number, call in enumerate(calls, start=1):
+            tool, call_id = _plain(call.tool_name), _plain(call.call_id)
             params[call_field(call.ref)] = param(
                 REJECT,
-                description=f"{number}. {call.tool_name} (call id {call.call_id}): {APPROVE} or {REJECT}",
-                title=f"{number}. {call.tool_name}",
+                description=f"{number}. {tool} (call id {call_id}): {APPROVE} or {REJECT}",
+                title=f"{number}. {tool}",
                 enum=[APPROVE, REJECT],
             )
     params[REASON_FIELD] = param(
@@ -195,7 +223,7 @@ def build_request(
     )
     return ApprovalRequest(
         subject=subject,
-        body="\n".join(lines),
+        body=_masked("\n".join(lines), redact),
         options=options,
         params=params,
         defaults=[REJECT_ALL] if reject_on_timeout else None,
@@ -224,7 +252,7 @@ def build_outcome_request(
     :param timeout: How long the person has (``"4:00:00"``), "" without a limit: the task fails then.
     :param param: Builds one serialized form field: ``param(default, description=..., **json_schema)``.
     """
-    call = f"`{tool}` (ref `{ref}`" + (f", call id `{call_id}`)" if call_id else ")")
+    call = f"{_code(tool)} (ref {_code(ref)}" + (f", call id {_code(call_id)})" if call_id else ")")
     lines = [
         # Worded to stay true once answered: Airflow keeps showing this text after the answer and the run.
         f"The agent of **{task_label}** called {call} in {started}, and that try was cut off while the call "
@@ -253,7 +281,7 @@ def build_outcome_request(
     }
     return ApprovalRequest(
         subject=f"{task_label}: did this tool call happen?",
-        body="\n".join(lines),
+        body=_masked("\n".join(lines), redact),
         options=list(OUTCOME_OPTIONS),
         params=params,
     )

@@ -17,11 +17,13 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 
 __all__ = [
     "agent_has_output_validators",
+    "agent_output_type",
     "continues_server_state",
     "current_run_context",
     "durable_operation_names",
     "failed_output_validator",
     "output_validators",
+    "tool_function",
     "with_history_digest_after",
 ]
 
@@ -101,6 +103,25 @@ def durable_operation_names(capability: Any) -> tuple[str, ...]:
             if marker is not None and not (getattr(marker, "base_hook", False) and member is marker.function):
                 names.add(marker.name)
     return tuple(sorted(names))
+
+
+def tool_function(tool: Any) -> Callable[..., Any] | None:
+    """The Python function behind a function tool (``FunctionToolsetTool.call_func`` is its ``FunctionSchema``'s
+    bound ``call``; a combined toolset's tool holds it as ``source_tool``; checked on 2.62-2.68); None for any
+    other tool (an MCP server's)."""
+    for _ in range(8):  # tools wrapped in tools
+        inner = getattr(tool, "source_tool", None)
+        if inner is None:
+            break
+        tool = inner
+    schema = getattr(getattr(tool, "call_func", None), "__self__", None)
+    function = getattr(schema, "function", None)
+    return function if callable(function) else None
+
+
+def agent_output_type(ctx: Any) -> Any:
+    """The ``output_type`` of the agent a run context belongs to (``RunContext.agent``, 2.62-2.68); None if unknown."""
+    return getattr(getattr(ctx, "agent", None), "output_type", None)
 
 
 def current_run_context() -> Any:

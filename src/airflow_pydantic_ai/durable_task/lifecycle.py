@@ -194,6 +194,7 @@ def start_durable_run(
         belongs=lambda tries: cache_belongs_to_this_dag_run(tries, this_try),
         redact=_compat.redact,
         storage_errors="fail" if settings.storage_errors == "fail" else "warn",
+        max_entry_bytes=settings.max_entry_bytes,
         span_attributes=span_attributes(ti),  # issue 22
         budget=usage_limits if across_tries and usage_limits is not None else None,  # issue 22
         policy=policy,

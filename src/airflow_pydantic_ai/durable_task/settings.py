@@ -170,6 +170,22 @@ def _storage_timeout() -> float:
     return seconds
 
 
+DEFAULT_MAX_ENTRY_BYTES = 16 * 1024 * 1024
+
+
+def _max_entry_bytes() -> int:
+    from airflow.configuration import conf
+
+    option = f"[{CONFIG_SECTION}] durable_max_entry_bytes"
+    try:
+        size = conf.getint(CONFIG_SECTION, "durable_max_entry_bytes", fallback=DEFAULT_MAX_ENTRY_BYTES)
+    except Exception as error:
+        raise DurableConfigError(f"{option} must be a whole number of bytes: {error}") from error
+    if size < 1:
+        raise DurableConfigError(f"{option} must be a positive number of bytes, got {size!r}")
+    return size
+
+
 def _cipher() -> Any:
     """Airflow's Fernet object when ``durable_encrypt`` is on, else None."""
     from airflow.configuration import conf
@@ -275,6 +291,8 @@ class DurableSettings:
     """``durable_budget_across_tries``: usage limits count every try of a task instance."""
     cache_shared: bool = False
     """``durable_cache_shared``: a local cache folder is a volume every worker mounts (``cache_reach.py``)."""
+    max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+    """``durable_max_entry_bytes``: a larger step is not cached."""
 
     @classmethod
     def read(cls, cache_path: str | None = None) -> DurableSettings:
@@ -284,6 +302,7 @@ class DurableSettings:
             storage_errors=_storage_error_mode(),
             budget_across_tries=_budget_across_tries(),
             cache_shared=cache_declared_shared(),
+            max_entry_bytes=_max_entry_bytes(),
         )
 
 

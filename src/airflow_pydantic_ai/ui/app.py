@@ -28,6 +28,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.cache_tools.access import CacheAccess
 from airflow_pydantic_ai.cache_tools.task_states import TaskRow, is_active
+from airflow_pydantic_ai.durable.errors import OutsideCacheBase
 from airflow_pydantic_ai.durable.read import plural
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import (
@@ -341,7 +342,10 @@ def create_app() -> FastAPI:
         _check_post(request, user, form_token, "delete", (*_target(task), ""))
         access, row = _opened_task(task)
         _refuse_active(task, row.state)
-        count = access.reader.delete_all()
+        try:
+            count = access.reader.delete_all()
+        except OutsideCacheBase as error:  # a symbolic link in the cache's folders: nothing deleted
+            raise HTTPException(409, f"Refused: {error}") from None
         return RedirectResponse(task.url(done=f"deleted:{count}"), status_code=303)
 
     @app.post("/fork")

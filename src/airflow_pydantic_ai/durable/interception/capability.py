@@ -31,6 +31,7 @@ from airflow_pydantic_ai.durable.interception.model import CachingModel
 from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
 from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
 from airflow_pydantic_ai.durable.keys.run_ids import stable_conversation_id
+from airflow_pydantic_ai.durable.steps.allowed_types import declared_output
 from airflow_pydantic_ai.durable.steps.nesting import current_place
 from airflow_pydantic_ai.durable.steps.run import DurableRun
 
@@ -124,6 +125,7 @@ class DurableCapability(AbstractCapability[Any]):
             call.args if call is not None else output,
             call.tool_call_id if call is not None else None,
             ctx.messages,
+            declared_output(_pydantic_ai.agent_output_type(ctx)),
         )
         # pydantic-ai runs the output validators in the same step, after the function: a validator that
         # failed on the function's recorded result runs again on it (from that validator on).

@@ -15,7 +15,9 @@ from pydantic_ai import RunContext
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
+from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.interception.context_model import RunContextModel, with_recorded_model
+from airflow_pydantic_ai.durable.steps.allowed_types import declared_by
 from airflow_pydantic_ai.durable.steps.in_flight import CallInFlight, running_call
 from airflow_pydantic_ai.durable.steps.tool_step import CANCELLED_RUN_GRACE
 
@@ -88,7 +90,11 @@ class CachingToolset(WrapperToolset[Any]):
             # idempotency_key() and tool_checkpoint() work outside an attempt too (keyed by the agent run).
             with running_call(CallInFlight(name, ctx.tool_call_id, None, None, run_id=ctx.run_id)):
                 return await self.wrapped.call_tool(name, tool_args, ctx, tool)
-        step = self.run.tool_step(name, tool_args, ctx.tool_call_id, ctx.messages, live=is_live_tool(tool))
+        # What the tool declares it returns (never what an entry names) bounds the classes a replay may build.
+        allowed = declared_by(_pydantic_ai.tool_function(tool))
+        step = self.run.tool_step(
+            name, tool_args, ctx.tool_call_id, ctx.messages, live=is_live_tool(tool), allowed=allowed
+        )
         if step.is_replay:
             return step.replay()
         if is_at_most_once(tool):
@@ -99,7 +105,14 @@ class CachingToolset(WrapperToolset[Any]):
         # The tool's own ``ctx.model`` requests are steps under this call (context_model.py).
         tool_ctx = with_recorded_model(ctx, self.run)
         in_flight = CallInFlight(
-            name, ctx.tool_call_id, step.key, self.run, ctx.run_id, self.run.answer_number, live=step.live
+            name,
+            ctx.tool_call_id,
+            step.key,
+            self.run,
+            ctx.run_id,
+            self.run.answer_number,
+            live=step.live,
+            allowed=allowed,
         )
         try:
             with running_call(in_flight):

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from airflow_pydantic_ai.durable.errors import DurableError
 from airflow_pydantic_ai.durable.keys.chain import checkpoint_key
+from airflow_pydantic_ai.durable.steps.allowed_types import UNDECLARED, AllowedTypes
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
 from airflow_pydantic_ai.durable.steps.in_flight import CallInFlight, current_call
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
@@ -55,6 +56,10 @@ class ToolCheckpoint:
         return self.call.checkpoints if self.call is not None else self._unbound
 
     @property
+    def _allowed(self) -> AllowedTypes:
+        return self.call.allowed if self.call is not None else UNDECLARED
+
+    @property
     def _shown(self) -> str:
         if self.call is None:
             return "outside a tool call"
@@ -66,7 +71,7 @@ class ToolCheckpoint:
         was saved, type for type); ``default`` when there is none."""
         encoded = self._saved.get(name)
         if encoded is not None:
-            return decode_value(encoded)
+            return decode_value(encoded, self._allowed)
         entry = self._recorded(name)
         if entry is None:
             return default
@@ -75,7 +80,7 @@ class ToolCheckpoint:
         try:
             if entry.payload.get("name") != name:
                 raise ValueError(f"it holds checkpoint {entry.payload.get('name')!r}, not {name!r}")
-            value = decode_value(entry.payload["value"])
+            value = decode_value(entry.payload["value"], self._allowed)
         except Exception as error:  # a damaged checkpoint: the tool starts that part over
             run.entry_unusable(entry, error, f"checkpoint {name!r} of {self._shown} counts as not saved")
             return default
@@ -94,7 +99,7 @@ class ToolCheckpoint:
         or holds a value registered as secret: a resumable tool must not lose its checkpoint without knowing.
         """
         try:
-            encoded = encode_value(value)
+            encoded = encode_value(value, self._allowed)
         except UnsupportedValue as error:
             raise CheckpointRefused(
                 f"tool_checkpoint().save({name!r}, ...) in {self._shown}: {error}; {_SAVE_INSTEAD}"

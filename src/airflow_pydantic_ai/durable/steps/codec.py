@@ -11,7 +11,10 @@ Before a value is stored, its tree is rebuilt and compared with the original, ty
 would not come back identical is not cached (the caller says so in the log, naming the tool).
 
 Classes are looked up only in modules the process has already imported (the DAG file imports the
-types its tools return), so a cache entry can never make a worker import a module. One exception
+types its tools return), so a cache entry can never make a worker import a module, and a class is built only
+where the code allows it (``allowed_types.py``: the tool's declared return type, the tool's own module,
+pydantic-ai's result types), never because the entry names it: a value naming any other class, or a class
+whose validation imports or calls code (``ImportString``), is refused when stored and when read. One exception
 keeps replays type-exact under ``airflow dags test``, which imports the DAG file a second time under
 the same module name (to sync the dags folder) while the task runs the first import's tools: when a
 value is stored, a class whose module now holds a *twin* (another class object at the same path) is
@@ -40,6 +43,7 @@ from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RequestUsage
 
 from airflow_pydantic_ai.durable.errors import DurableError
+from airflow_pydantic_ai.durable.steps.allowed_types import UNDECLARED, AllowedTypes
 from airflow_pydantic_ai.durable.steps.roundtrip import MAX_DEPTH, MAX_INT_BITS, is_plain_json, same, undeclared_state
 
 __all__ = [
@@ -69,14 +73,16 @@ def decode_response(data: Any) -> ModelResponse:
     return replace(response, usage=RequestUsage())
 
 
-def encode_value(value: Any) -> dict[str, Any]:
-    """Tagged JSON for a tool result; raises :class:`UnsupportedValue` if it cannot be rebuilt exactly."""
+def encode_value(value: Any, allowed: AllowedTypes = UNDECLARED) -> dict[str, Any]:
+    """Tagged JSON for a tool result; raises :class:`UnsupportedValue` if it cannot be rebuilt exactly, or names a
+    class ``allowed`` does not accept (a replay could not rebuild it; the default accepts only the classes every
+    tool may return)."""
     if is_plain_json(value):
         return {"type": "json", "value": value}
     try:
         encoded = _encode(value, 0)
         # The stored form must give back the same value, type for type, or a replay would differ.
-        if not same(_decode(encoded, 0), value):
+        if not same(_Decoder(allowed).decode(encoded, 0), value):
             raise UnsupportedValue(f"a {type(value).__name__} does not come back identical from its JSON form")
     except UnsupportedValue:
         raise
@@ -87,10 +93,11 @@ def encode_value(value: Any) -> dict[str, Any]:
     return encoded
 
 
-def decode_value(encoded: Any) -> Any:
-    """Rebuild a tool result from :func:`encode_value`'s output; raises :class:`UnsupportedValue`."""
+def decode_value(encoded: Any, allowed: AllowedTypes = UNDECLARED) -> Any:
+    """Rebuild a tool result from :func:`encode_value`'s output, building only the classes ``allowed`` accepts;
+    raises :class:`UnsupportedValue`."""
     try:
-        return _decode(encoded, 0)
+        return _Decoder(allowed).decode(encoded, 0)
     except UnsupportedValue:
         raise
     except Exception as error:
@@ -303,6 +310,8 @@ def _import_class(path: str, is_expected: Callable[[type], bool], what: str) -> 
         target = twin[0]() or target
     if not isinstance(target, type) or not is_expected(target):
         raise UnsupportedValue(f"{path} is no longer {what}")
+    if f"{target.__module__}:{target.__qualname__}" != path:  # a name imported into another module
+        raise UnsupportedValue(f"{path} is {target.__module__}:{target.__qualname__}, not a class defined there")
     return target
 
 
@@ -326,100 +335,110 @@ def _rebuilt(cls: type, fields: dict[str, Any]) -> Any:
     return instance
 
 
-def _decode_fields(node: dict[str, Any], expected: Any, depth: int) -> dict[str, Any]:
-    fields = node["fields"]
-    if not isinstance(fields, dict) or set(fields) != set(expected):
-        raise UnsupportedValue(f"the fields of {node['class']} changed since the value was stored")
-    return {name: _decode(item, depth + 1) for name, item in fields.items()}
+@dataclasses.dataclass(frozen=True)
+class _Decoder:
+    """Rebuilds a stored tree, building only the classes ``allowed`` accepts."""
 
+    allowed: AllowedTypes
 
-def _decode_attributes(node: dict[str, Any], depth: int) -> dict[str, Any]:
-    """The state stored beside the declared fields (see ``_undeclared_state``)."""
-    return {name: _decode(item, depth + 1) for name, item in (node.get("attributes") or {}).items()}
+    def cls(self, path: Any, is_expected: Callable[[type], bool], what: str, *, adapted: bool = False) -> Any:
+        """The class a node names, if it is what the node needs and the code allows it (never imported)."""
+        found = _import_class(path, is_expected, what)
+        if not (self.allowed.adapts(found) if adapted else self.allowed.accepts(found)):
+            raise UnsupportedValue(self.allowed.why_not(found))
+        return found
 
+    def fields(self, node: dict[str, Any], expected: Any, depth: int) -> dict[str, Any]:
+        fields = node["fields"]
+        if not isinstance(fields, dict) or set(fields) != set(expected):
+            raise UnsupportedValue(f"the fields of {node['class']} changed since the value was stored")
+        return {name: self.decode(item, depth + 1) for name, item in fields.items()}
 
-def _decode_zone(node: dict[str, Any]) -> dt.tzinfo:
-    if "key" in node:
-        cls = _import_class(node["class"], lambda c: issubclass(c, zoneinfo.ZoneInfo), "a ZoneInfo")
-        return cls(node["key"])  # type: ignore[no-any-return]
-    if "offset" in node:
-        days, seconds, microseconds = node["offset"]
-        offset = dt.timedelta(days=days, seconds=seconds, microseconds=microseconds)
-        plain = dt.timezone(offset)
-        return plain if plain.tzname(None) == node["name"] else dt.timezone(offset, node["name"])
-    cls = _import_class(node["class"], lambda c: issubclass(c, dt.tzinfo), "a time zone")
-    return cls(int(node["fixed"]), name=node["name"])  # type: ignore[no-any-return]
+    def attributes(self, node: dict[str, Any], depth: int) -> dict[str, Any]:
+        """The state stored beside the declared fields (see ``_undeclared_state``)."""
+        return {name: self.decode(item, depth + 1) for name, item in (node.get("attributes") or {}).items()}
 
+    def zone(self, node: dict[str, Any]) -> dt.tzinfo:
+        if "key" in node:
+            cls = self.cls(node["class"], lambda c: issubclass(c, zoneinfo.ZoneInfo), "a ZoneInfo")
+            return cls(node["key"])  # type: ignore[no-any-return]
+        if "offset" in node:
+            days, seconds, microseconds = node["offset"]
+            offset = dt.timedelta(days=days, seconds=seconds, microseconds=microseconds)
+            plain = dt.timezone(offset)
+            return plain if plain.tzname(None) == node["name"] else dt.timezone(offset, node["name"])
+        cls = self.cls(node["class"], lambda c: issubclass(c, dt.tzinfo), "a time zone")
+        return cls(int(node["fixed"]), name=node["name"])  # type: ignore[no-any-return]
 
-def _decode_clock(node: dict[str, Any]) -> Any:
-    base = dt.datetime if node["type"] == "datetime" else dt.time
-    value: Any = base.fromisoformat(node["value"])
-    zone = _decode_zone(node["zone"]) if "zone" in node else None
-    fold = int(node.get("fold", 0))
-    if "class" not in node:
-        return value.replace(tzinfo=zone, fold=fold)
-    cls = _import_class(node["class"], lambda c: issubclass(c, base), f"a {base.__name__}")
-    fields = [value.hour, value.minute, value.second, value.microsecond]
-    if base is dt.datetime:
-        fields = [value.year, value.month, value.day, *fields]
-    return cls(*fields, tzinfo=zone, fold=fold)
+    def clock(self, node: dict[str, Any]) -> Any:
+        base = dt.datetime if node["type"] == "datetime" else dt.time
+        value: Any = base.fromisoformat(node["value"])
+        zone = self.zone(node["zone"]) if "zone" in node else None
+        fold = int(node.get("fold", 0))
+        if "class" not in node:
+            return value.replace(tzinfo=zone, fold=fold)
+        cls = self.cls(node["class"], lambda c: issubclass(c, base), f"a {base.__name__}")
+        fields = [value.hour, value.minute, value.second, value.microsecond]
+        if base is dt.datetime:
+            fields = [value.year, value.month, value.day, *fields]
+        return cls(*fields, tzinfo=zone, fold=fold)
 
+    def subclassed(self, node: dict[str, Any], base: type, build: Callable[[type], Any]) -> Any:
+        if "class" not in node:
+            return build(base)
+        return build(self.cls(node["class"], lambda c: issubclass(c, base), f"a {base.__name__}"))
 
-def _decode_subclassed(node: dict[str, Any], base: type, build: Callable[[type], Any]) -> Any:
-    cls = _import_class(node["class"], lambda c: issubclass(c, base), f"a {base.__name__}") if "class" in node else base
-    return build(cls)
-
-
-def _decode(node: Any, depth: int) -> Any:
-    if depth > MAX_DEPTH:
-        raise UnsupportedValue("it is nested too deeply")
-    if not isinstance(node, dict):
-        raise UnsupportedValue(f"a stored node is a {type(node).__name__}, not an object")
-    kind = node.get("type")
-    if kind == "json":
-        return node["value"]
-    if kind in ("list", "tuple", "set", "frozenset"):
-        items = [_decode(item, depth + 1) for item in node["items"]]
-        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
-    if kind == "dict":
-        return {_decode(key, depth + 1): _decode(item, depth + 1) for key, item in node["items"]}
-    if kind in ("bytes", "bytearray"):
-        data = base64.b64decode(node["value"], validate=True)
-        return data if kind == "bytes" else bytearray(data)
-    if kind == "float":
-        return float(node["value"])
-    if kind in ("datetime", "time"):
-        return _decode_clock(node)
-    if kind == "date":
-        day = dt.date.fromisoformat(node["value"])
-        return _decode_subclassed(node, dt.date, lambda cls: cls(day.year, day.month, day.day))
-    if kind == "timedelta":
-        days, seconds, microseconds = node["value"]
-        return _decode_subclassed(
-            node, dt.timedelta, lambda cls: cls(days=days, seconds=seconds, microseconds=microseconds)
-        )
-    if kind == "adapted":
-        cls = _import_class(node["class"], lambda c: True, "a class")
-        return _adapter(cls).validate_python(node["value"])
-    if kind == "uuid":
-        return uuid.UUID(node["value"])
-    if kind == "decimal":
-        return decimal.Decimal(node["value"])
-    if kind == "enum":
-        return _import_class(node["class"], _is_enum, "an enum")[node["name"]]
-    if kind == "pydantic":
-        cls = _import_class(node["class"], _is_model, "a pydantic model")
-        instance: Any = cls.__new__(cls)
-        object.__setattr__(instance, "__dict__", _decode_fields(node, cls.model_fields, depth))
-        object.__setattr__(instance, "__pydantic_fields_set__", set(node["set"]))
-        extra, private = node.get("extra"), node.get("private")
-        object.__setattr__(instance, "__pydantic_extra__", None if extra is None else _decode(extra, depth + 1))
-        object.__setattr__(instance, "__pydantic_private__", None if private is None else _decode(private, depth + 1))
-        for name, item in _decode_attributes(node, depth).items():
-            object.__setattr__(instance, name, item)
-        return instance
-    if kind == "dataclass":
-        cls = _import_class(node["class"], _is_dataclass, "a dataclass")
-        names = [item.name for item in dataclasses.fields(cls)]
-        return _rebuilt(cls, {**_decode_fields(node, names, depth), **_decode_attributes(node, depth)})
-    raise UnsupportedValue(f"unknown stored value type {kind!r}")
+    def decode(self, node: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise UnsupportedValue("it is nested too deeply")
+        if not isinstance(node, dict):
+            raise UnsupportedValue(f"a stored node is a {type(node).__name__}, not an object")
+        kind = node.get("type")
+        if kind == "json":
+            return node["value"]
+        if kind in ("list", "tuple", "set", "frozenset"):
+            items = [self.decode(item, depth + 1) for item in node["items"]]
+            return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+        if kind == "dict":
+            return {self.decode(key, depth + 1): self.decode(item, depth + 1) for key, item in node["items"]}
+        if kind in ("bytes", "bytearray"):
+            data = base64.b64decode(node["value"], validate=True)
+            return data if kind == "bytes" else bytearray(data)
+        if kind == "float":
+            return float(node["value"])
+        if kind in ("datetime", "time"):
+            return self.clock(node)
+        if kind == "date":
+            day = dt.date.fromisoformat(node["value"])
+            return self.subclassed(node, dt.date, lambda cls: cls(day.year, day.month, day.day))
+        if kind == "timedelta":
+            days, seconds, microseconds = node["value"]
+            return self.subclassed(
+                node, dt.timedelta, lambda cls: cls(days=days, seconds=seconds, microseconds=microseconds)
+            )
+        if kind == "adapted":
+            cls = self.cls(node["class"], lambda c: True, "a class", adapted=True)
+            return _adapter(cls).validate_python(node["value"])
+        if kind == "uuid":
+            return uuid.UUID(node["value"])
+        if kind == "decimal":
+            return decimal.Decimal(node["value"])
+        if kind == "enum":
+            return self.cls(node["class"], _is_enum, "an enum")[node["name"]]
+        if kind == "pydantic":
+            cls = self.cls(node["class"], _is_model, "a pydantic model")
+            instance: Any = cls.__new__(cls)
+            object.__setattr__(instance, "__dict__", self.fields(node, cls.model_fields, depth))
+            object.__setattr__(instance, "__pydantic_fields_set__", set(node["set"]))
+            extra, private = node.get("extra"), node.get("private")
+            object.__setattr__(instance, "__pydantic_extra__", None if extra is None else self.decode(extra, depth + 1))
+            private_state = None if private is None else self.decode(private, depth + 1)
+            object.__setattr__(instance, "__pydantic_private__", private_state)
+            for name, item in self.attributes(node, depth).items():
+                object.__setattr__(instance, name, item)
+            return instance
+        if kind == "dataclass":
+            cls = self.cls(node["class"], _is_dataclass, "a dataclass")
+            names = [item.name for item in dataclasses.fields(cls)]
+            return _rebuilt(cls, {**self.fields(node, names, depth), **self.attributes(node, depth)})
+        raise UnsupportedValue(f"unknown stored value type {kind!r}")

@@ -14,6 +14,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_pydantic_ai.durable.steps.allowed_types import AllowedTypes
+
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.owner import StepOwner
 
@@ -36,6 +38,8 @@ class CallInFlight:
     """The model step whose answer asked for the call."""
     live: bool = False
     """A live tool's call (``live_tool()``): it runs on every try by design, so it has no key across tries."""
+    allowed: AllowedTypes = field(default_factory=AllowedTypes, compare=False, repr=False)
+    """The classes its checkpoints may name (``allowed_types.py``): the tool's declared types and module's own."""
     checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
     """What ``tool_checkpoint().save`` saved during this call, by name, encoded (``checkpoint.py``): read back
     first, so that a value saved now wins over one an earlier try saved, stored or not."""

@@ -17,6 +17,7 @@ from pydantic_ai.models import Model
 
 from airflow_pydantic_ai.durable.keys.fingerprint import FingerprintError
 from airflow_pydantic_ai.durable.kinds import KINDS
+from airflow_pydantic_ai.durable.steps.allowed_types import UNDECLARED, AllowedTypes
 from airflow_pydantic_ai.durable.steps.decision import DecisionStep
 from airflow_pydantic_ai.durable.steps.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.steps.model_step import ModelStep
@@ -81,13 +82,15 @@ def tool_step(
     messages: Sequence[ModelMessage],
     *,
     live: bool = False,
+    allowed: AllowedTypes = UNDECLARED,
 ) -> ToolStep:
-    """Fingerprint a tool call and look it up (``live``: the tool opted out of replay; it runs, unrecorded)."""
+    """Fingerprint a tool call and look it up (``live``: the tool opted out of replay; it runs, unrecorded;
+    ``allowed``: the classes its result may name)."""
     if live:
         label = call_label("tool", tool_name, tool_call_id)
         return ToolStep(run=run, label=label + run.who, tool_name=tool_name, key=None, live=True)
     raw_arguments = _raw_arguments(messages, tool_call_id, tool_args)
-    return _call_step(run, "tool", tool_name, raw_arguments, tool_call_id, messages)
+    return _call_step(run, "tool", tool_name, raw_arguments, tool_call_id, messages, allowed)
 
 
 def output_step(
@@ -96,9 +99,10 @@ def output_step(
     raw_arguments: Any,
     tool_call_id: str | None,
     messages: Sequence[ModelMessage],
+    allowed: AllowedTypes = UNDECLARED,
 ) -> ToolStep:
     """Fingerprint a call of an output function (what the model's final answer is handed to) and look it up."""
-    return _call_step(run, "output", function_name, raw_arguments, tool_call_id, messages)
+    return _call_step(run, "output", function_name, raw_arguments, tool_call_id, messages, allowed)
 
 
 def _call_step(
@@ -108,6 +112,7 @@ def _call_step(
     raw_arguments: Any,
     tool_call_id: str | None,
     messages: Sequence[ModelMessage],
+    allowed: AllowedTypes,
 ) -> ToolStep:
     label = call_label(KINDS[kind].words, name, tool_call_id) + run.who
     step = ToolStep(
@@ -118,6 +123,7 @@ def _call_step(
         is_tool=kind == "tool",
         call_id=tool_call_id,
         arguments=raw_arguments,
+        allowed=allowed,
     )
     if run.keys.failed_closed:
         return step

@@ -59,6 +59,8 @@ class AttemptOptions:
     """A secrets masker, as Airflow's ``redact``: it takes text or a structure (masking the values of sensitive
     keys too). A payload holding a value it would hide is not recorded. None: nothing is secret."""
     storage_errors: StorageErrors = "warn"
+    max_entry_bytes: int | None = None
+    """The largest entry stored (``durable_max_entry_bytes``): a larger step is not cached (None: no limit)."""
     probe: bool = False
     """First write and delete a probe object (an unreachable store is then not read)."""
     belongs: Callable[[Collection[int]], bool] | None = None

@@ -20,6 +20,7 @@ from pydantic import TypeAdapter
 from pydantic_ai.exceptions import ModelRetry, ToolFailed, ToolRetryError
 from pydantic_ai.messages import RetryFeedbackPart, ToolReturnPart
 
+from airflow_pydantic_ai.durable.steps.allowed_types import UNDECLARED, AllowedTypes
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
 
 __all__ = ["Raised", "RetrySignal", "Returned", "ToolOutcome", "Validating", "decode_outcome", "encode_outcome"]
@@ -53,26 +54,28 @@ class Validating:
 ToolOutcome = Returned | Raised | RetrySignal | Validating
 
 
-def encode_outcome(outcome: ToolOutcome) -> dict[str, Any]:
-    """The payload of a tool entry; raises ``UnsupportedValue`` when a returned value cannot be stored exactly."""
+def encode_outcome(outcome: ToolOutcome, allowed: AllowedTypes = UNDECLARED) -> dict[str, Any]:
+    """The payload of a tool entry; raises ``UnsupportedValue`` when a returned value cannot be stored exactly (or
+    names a class ``allowed``, what the tool declares, does not accept)."""
     if isinstance(outcome, Returned):
-        return {"outcome": "return", "value": encode_value(outcome.value)}
+        return {"outcome": "return", "value": encode_value(outcome.value, allowed)}
     if isinstance(outcome, Validating):
         validator = {"index": outcome.validator_index, "name": outcome.validator_name}
-        return {"outcome": "validating", "value": encode_value(outcome.value), "validator": validator}
+        return {"outcome": "validating", "value": encode_value(outcome.value, allowed), "validator": validator}
     if isinstance(outcome, Raised):
         return {"outcome": type(outcome.error).__name__, "message": outcome.error.message}
     return {"outcome": "ToolRetryError", "part": _RETRY_PART.dump_python(outcome.error.tool_retry, mode="json")}
 
 
-def decode_outcome(payload: dict[str, Any]) -> ToolOutcome:
-    """The outcome a tool entry's payload holds; raises when it is damaged or unknown."""
+def decode_outcome(payload: dict[str, Any], allowed: AllowedTypes = UNDECLARED) -> ToolOutcome:
+    """The outcome a tool entry's payload holds, building only the classes ``allowed`` accepts; raises when it is
+    damaged, unknown or names another class."""
     kind = payload.get("outcome")
     if kind == "return":
-        return Returned(decode_value(payload["value"]))
+        return Returned(decode_value(payload["value"], allowed))
     if kind == "validating":
         validator = payload["validator"]
-        return Validating(decode_value(payload["value"]), int(validator["index"]), str(validator["name"]))
+        return Validating(decode_value(payload["value"], allowed), int(validator["index"]), str(validator["name"]))
     if kind in _RAISED:
         return Raised(_RAISED[kind](str(payload["message"])))
     if kind == "ToolRetryError":

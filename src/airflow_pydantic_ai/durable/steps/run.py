@@ -33,6 +33,7 @@ from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.kinds import StepRole
 from airflow_pydantic_ai.durable.steps import ending as ends
 from airflow_pydantic_ai.durable.steps import lookup
+from airflow_pydantic_ai.durable.steps.allowed_types import UNDECLARED, AllowedTypes
 from airflow_pydantic_ai.durable.steps.at_most_once import (
     CallInDoubt,
     OutcomeRules,
@@ -126,6 +127,7 @@ class DurableRun:
         """
         options = options or AttemptOptions()
         writer = StepWriter(store, log, options.contains_secret, options.storage_errors, options.outlook)
+        writer.max_entry_bytes = options.max_entry_bytes
         run = cls(
             writer=writer,
             attempt=attempt,
@@ -402,15 +404,22 @@ class DurableRun:
         messages: Sequence[ModelMessage],
         *,
         live: bool = False,
+        allowed: AllowedTypes = UNDECLARED,
     ) -> ToolStep:
-        """Fingerprint a tool call and look it up (``live``: the tool opted out of replay; it runs, unrecorded)."""
-        return lookup.tool_step(self, tool_name, tool_args, tool_call_id, messages, live=live)
+        """Fingerprint a tool call and look it up (``live``: the tool opted out of replay; it runs, unrecorded;
+        ``allowed``: the classes its result may name, from the tool's declaration)."""
+        return lookup.tool_step(self, tool_name, tool_args, tool_call_id, messages, live=live, allowed=allowed)
 
     def output_step(
-        self, function_name: str, raw_arguments: Any, tool_call_id: str | None, messages: Sequence[ModelMessage]
+        self,
+        function_name: str,
+        raw_arguments: Any,
+        tool_call_id: str | None,
+        messages: Sequence[ModelMessage],
+        allowed: AllowedTypes = UNDECLARED,
     ) -> ToolStep:
         """Fingerprint a call of an output function (what the model's final answer is handed to) and look it up."""
-        return lookup.output_step(self, function_name, raw_arguments, tool_call_id, messages)
+        return lookup.output_step(self, function_name, raw_arguments, tool_call_id, messages, allowed)
 
     def before_at_most_once(self, step: ToolStep) -> None:
         """Before an at-most-once call runs live: settle an earlier start that never finished, then record this

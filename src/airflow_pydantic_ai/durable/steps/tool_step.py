@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed, ToolRetryError
 
+from airflow_pydantic_ai.durable.steps.allowed_types import AllowedTypes
 from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.outcome import (
     Raised,
@@ -79,6 +80,8 @@ class ToolStep:
     """The entry that marks this at-most-once call as started, once written."""
     resolved_by: str | None = None
     """For a call whose outcome was unknown: who said it happened, and how (its result replays)."""
+    allowed: AllowedTypes = field(default_factory=AllowedTypes, repr=False)
+    """The classes its result may name (``allowed_types.py``): what the tool declares, never what an entry says."""
 
     @property
     def entry_name(self) -> str:
@@ -118,7 +121,7 @@ class ToolStep:
     def load(self, entry: StepEntry) -> None:
         """Take the recorded outcome from ``entry`` (a damaged one is ignored with a warning: the call runs live)."""
         try:
-            self.replayed = decode_outcome(entry.payload)
+            self.replayed = decode_outcome(entry.payload, self.allowed)
         except Exception as error:  # whatever is wrong with the stored outcome, run the call live
             self.run.entry_unusable(entry, error, f"{self.shown(entry)} runs live")
             self.forget()
@@ -131,7 +134,7 @@ class ToolStep:
         """A person said this call (cut off in an earlier try) happened: replay the result they gave, and record it
         as the call's own entry, so that the call is a step of the listing under the number the log gives it, and
         later tries replay it as any recorded result (the answer has been used)."""
-        self.replayed = decode_outcome(resolution.result)
+        self.replayed = decode_outcome(resolution.result, self.allowed)
         self.resolved_by = resolution.describe()
         self._write(self.run.answer_number, dict(resolution.result))
 
@@ -286,7 +289,7 @@ class ToolStep:
         if self.key is None:
             return
         try:
-            payload = encode_outcome(Returned(value))
+            payload = encode_outcome(Returned(value), self.allowed)
         except UnsupportedValue as error:
             self.run.not_stored()
             self.run.log.warning("Durable: the result of %s is not cached: %s", self.shown(), error)
@@ -333,7 +336,7 @@ class ToolStep:
             )
             return
         try:
-            payload = encode_outcome(Validating(value, index, validator))
+            payload = encode_outcome(Validating(value, index, validator), self.allowed)
         except UnsupportedValue as unsupported:
             self.run.not_stored()
             self.run.log.warning(

@@ -97,6 +97,10 @@ def is_configuration_error(error: BaseException) -> bool:
     return isinstance(param_error, type) and isinstance(error, param_error)
 
 
+def _mib(size: int) -> str:
+    return f"{size / 1024 / 1024:.1f} MiB"
+
+
 @dataclass
 class StepWriter:
     """Stores the entries of one attempt under its storage-errors policy, and counts what it could not."""
@@ -113,6 +117,8 @@ class StepWriter:
     written: list[str] = field(default_factory=list)
     """Names of the entries this attempt stored, oldest first (the cache is deleted newest first)."""
     backoff: _Backoff = field(default_factory=_Backoff)
+    max_entry_bytes: int | None = None
+    """The largest entry stored (``durable_max_entry_bytes``); a larger one is not cached (None: no limit)."""
     numbers: StepNumbers = field(default_factory=StepNumbers, repr=False)
     """What the cache holds as this attempt knows it (what it loaded, then what it stored), numbered as the view
     and ``cache show`` number it: the step numbers of the log (``numbering.py``)."""
@@ -163,6 +169,9 @@ class StepWriter:
 
     def persist(self, entry: StepEntry, what: str, *, on_secret: str | None = None) -> bool:
         """Store ``entry``; False when it was not stored (the log says why)."""
+        # Text already over the limit is neither scanned nor encoded (a large result's copies cost the memory).
+        if self.max_entry_bytes is not None and self._too_large(what, sum(map(len, iter_text(entry.payload)))):
+            return False
         if self.contains_secret(entry.payload):
             self.not_persisted += 1
             self.problem = "it contains a value registered as secret"
@@ -193,6 +202,8 @@ class StepWriter:
                 "Durable: %s is not cached: it cannot be written as JSON (%s)", what, describe_error(error)
             )
             return False
+        if self._too_large(what, len(data)):
+            return False
         try:
             self.store.write(entry.name, data)
         except Exception as error:
@@ -202,6 +213,20 @@ class StepWriter:
         self.numbers.add(entry)
         if entry.name not in self.written:
             self.written.append(entry.name)
+        return True
+
+    def _too_large(self, what: str, size: int) -> bool:
+        """Whether an entry of (at least) ``size`` bytes is over the limit: then it is not stored, with a WARNING."""
+        if self.max_entry_bytes is None or size <= self.max_entry_bytes:
+            return False
+        self.not_persisted += 1
+        self.log.warning(
+            "Durable: %s is not cached: it takes %s, more than [pydantic_ai] durable_max_entry_bytes (%s); %s",
+            what,
+            _mib(size),
+            _mib(self.max_entry_bytes),
+            self.outlook.what_next("it runs again on a retry"),
+        )
         return True
 
     def _write_failed(self, entry: StepEntry, what: str, error: Exception) -> None:

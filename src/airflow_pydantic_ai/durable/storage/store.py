@@ -37,6 +37,7 @@ from typing import Any
 
 from fsspec.asyn import AsyncFileSystem, sync
 
+from airflow_pydantic_ai.durable.errors import OutsideCacheBase
 from airflow_pydantic_ai.durable.storage.entry import (
     RESULT_ENTRY,
     Cipher,
@@ -69,6 +70,12 @@ __all__ = [
     "Survey",
     "modified_time",
 ]  # re-exported: the store returns them
+
+
+def _written_here(path: str) -> bool:
+    """A note or temporary file the store wrote ("." names), as a file or a link (never a folder)."""
+    name = os.path.basename(path)
+    return name.startswith(".") and name not in (".", "..") and (os.path.islink(path) or os.path.isfile(path))
 
 
 def _check_note_name(name: str) -> None:
@@ -452,10 +459,17 @@ class StepStore:
             return
         if RESULT_ENTRY in listed:
             ordered.append(RESULT_ENTRY)
+        self._refuse_links()
         self._remove_objects(ordered)
+        # Then the notes and temporary files it wrote (names starting with "."), file by file: never a folder,
+        # never through a link (unlinking a link removes the link), never a name the store does not write.
+        self._remove_objects(sorted(name for name in listed - set(ordered) if _written_here(self._path(name))))
         try:
-            self._request("rm", self.root, recursive=True, requests=3)
+            os.rmdir(self.root)
         except FileNotFoundError:
+            return
+        except OSError:  # something the store never wrote is left: it stays, and so does the folder
+            self.warn(f"Durable: kept {self.location}: it holds files the cache never wrote")
             return
         if self.is_local:
             parent = os.path.dirname(self.root)
@@ -465,6 +479,19 @@ class StepStore:
                 except OSError:
                     break
                 parent = os.path.dirname(parent)
+
+    def _refuse_links(self) -> None:
+        """Before deleting on a local disk: the cache's folder and the three above it (task, run, dag; never the
+        configured base) must be real folders, so that no deletion follows a link out of the cache root."""
+        folder = self.root
+        for _ in range(4):
+            if os.path.islink(folder):
+                raise OutsideCacheBase(
+                    f"the durable cache folder {folder} is a symbolic link (to {os.readlink(folder)}), and deleting "
+                    "a cache never follows a link out of the cache root; nothing was deleted: remove the link (or "
+                    "replace it with the folder it points to), then delete the cache again"
+                )
+            folder = os.path.dirname(folder)
 
     def remove_empty_folders(self) -> None:
         """Remove the local folders this store created that are still empty, innermost first.
