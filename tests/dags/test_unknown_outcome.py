@@ -304,3 +304,29 @@ def test_two_calls_in_doubt_are_asked_in_one_question_and_both_answers_apply(
     assert "waiting for an answer about 2 calls" in out
     assert out.count("alice answered 'it happened' (the Required Actions page)") >= 2
     assert len(MODEL_SAW) == 2 and all(seen.startswith("receipt ") for seen in MODEL_SAW)
+
+
+@PARKS
+def test_cache_resolve_while_the_task_asks_says_what_the_question_and_its_timeout_do(
+    api: HitlApi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_pydantic_ai.cli.resolve_command import cache_resolve
+
+    said: list[str] = []
+
+    def resolve_then_answer(api: HitlApi, run_id: str, detail: dict[str, Any]) -> None:
+        capfd.readouterr()
+        arguments = argparse.Namespace(dag_id="unknown_resolve_waiting", run_id=run_id)
+        cache_resolve(_resolve_args(arguments, "--happened", result="r-cli"))
+        said.append(capfd.readouterr().out)
+        choose("It happened", user="alice", result="r-page")(api, run_id, detail)
+
+    dag = charge_dag("unknown_resolve_waiting")
+    with Responder(api, "unknown_resolve_waiting", "charge", [resolve_then_answer]):
+        dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "success", out[-5000:]
+    [note] = said
+    assert "its question about this call is answered on the Required Actions page (an answer there replaces" in note
+    assert "approval_timeout" not in note, note  # none is set
+    assert MODEL_SAW == ['"r-page"']  # the page's answer replaced the command's
