@@ -8,6 +8,7 @@ recorded, its result never is. Airflow's task runner fails that try, and try 2 f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -311,3 +312,101 @@ def test_cache_resolve_happened_then_clear_replays_the_result_given(capfd: pytes
     assert state == "success", out[-5000:]
     assert CHARGES == [1]
     assert MODEL_SAW == ['"receipt r-1 (from the bank\'s dashboard)"']
+
+
+# --- two calls in doubt of one model answer ------------------------------------------------------------------------
+
+PAIR_CHARGES: list[str] = []
+"""The charges that happened, by customer and try."""
+
+
+def _pair_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    returns = [part for message in messages if isinstance(message, ModelRequest) for part in message.parts]
+    results = sorted(str(part.content) for part in returns if isinstance(part, ToolReturnPart))
+    if results:
+        MODEL_SAW.extend(results)
+        return ModelResponse(parts=[TextPart("settled: " + "; ".join(results))])
+    return ModelResponse(
+        parts=[
+            ToolCallPart("charge_card", {"customer": "acme"}, tool_call_id="charge-a"),
+            ToolCallPart("charge_card", {"customer": "globex"}, tool_call_id="charge-b"),
+        ]
+    )
+
+
+def two_charges() -> Agent[None, str]:
+    """Both charges start (a barrier holds them until both have), then the try is cut off on try 1."""
+    import threading
+
+    agent = Agent(FunctionModel(_pair_model), name="pair")
+    both_started = threading.Barrier(2, timeout=10)
+
+    @agent.tool_plain(metadata=at_most_once())
+    def charge_card(customer: str) -> str:
+        """Charge the customer's card."""
+        PAIR_CHARGES.append(f"{customer} try={current_try()}")
+        if current_try() == 1:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_started.wait()
+            raise CutOff
+        return f"receipt for {customer} (live)"
+
+    return agent
+
+
+@PARKS
+def test_two_calls_in_doubt_are_asked_in_one_question_and_both_answers_apply(
+    api: HitlApi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    PAIR_CHARGES.clear()
+    dag = charge_dag("unknown_two_calls", agent=two_charges())
+
+    def answer(api: HitlApi, run_id: str, detail: dict[str, Any]) -> None:
+        refs = [name.removeprefix("outcome_") for name in detail["params"] if name.startswith("outcome_")]
+        assert len(refs) == 2, detail["params"]
+        params: dict[str, Any] = {}
+        for ref in refs:
+            params[f"outcome_{ref}"] = "happened"
+            params[f"result_{ref}"] = f"receipt {ref}"
+        choose("Answer per call", user="alice", **params)(api, run_id, detail)
+
+    with Responder(api, "unknown_two_calls", "charge", [answer]) as responder:
+        dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "success", out[-5000:]
+    assert task_states(dr)[("charge", -1)] == ("success", 2)
+    assert sorted(PAIR_CHARGES) == ["acme try=1", "globex try=1"]  # each charged once, never again
+    [detail] = responder.details  # asked once, about both
+    assert detail["subject"] == "unknown_two_calls.charge: did these 2 tool calls happen?"
+    assert detail["options"] == ["Answer per call", "Fail the task"]
+    assert "**2 calls wait for an answer.**" in detail["body"]
+    assert "charge-a" in detail["body"] and "charge-b" in detail["body"]
+    assert "waiting for an answer about 2 calls" in out
+    assert out.count("alice answered 'it happened' (the Required Actions page)") >= 2
+    assert len(MODEL_SAW) == 2 and all(seen.startswith("receipt ") for seen in MODEL_SAW)
+
+
+@PARKS
+def test_cache_resolve_while_the_task_asks_says_what_the_question_and_its_timeout_do(
+    api: HitlApi, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_pydantic_ai.cli.resolve_command import cache_resolve
+
+    said: list[str] = []
+
+    def resolve_then_answer(api: HitlApi, run_id: str, detail: dict[str, Any]) -> None:
+        capfd.readouterr()
+        arguments = argparse.Namespace(dag_id="unknown_resolve_waiting", run_id=run_id)
+        cache_resolve(_resolve_args(arguments, "--happened", result="r-cli"))
+        said.append(capfd.readouterr().out)
+        choose("It happened", user="alice", result="r-page")(api, run_id, detail)
+
+    dag = charge_dag("unknown_resolve_waiting")
+    with Responder(api, "unknown_resolve_waiting", "charge", [resolve_then_answer]):
+        dr = run_dag(dag)
+    out = capfd.readouterr().out
+    assert dr.state == "success", out[-5000:]
+    [note] = said
+    assert "its question about this call is answered on the Required Actions page (an answer there replaces" in note
+    assert "approval_timeout" not in note, note  # none is set
+    assert MODEL_SAW == ['"r-page"']  # the page's answer replaced the command's

@@ -244,6 +244,6 @@ def test_a_try_that_waits_for_a_person_is_told_apart_from_a_failure_by_type(tmp_
     assert latest is not None and latest.ending == failure
     assert failure.describe().startswith("Failed: ValueError: xxx") and len(failure.message) == 300
     assert TryEnding(1, "waiting", message="awaiting_input").describe() == (
-        "Waiting for a person's approval (awaiting_input)"
+        "Waiting for a person's answer on the Required Actions page (awaiting_input)"
     )
     assert CacheReader(store).steps() == []  # the notes are no steps

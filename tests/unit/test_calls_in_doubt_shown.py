@@ -200,6 +200,19 @@ def test_the_view_warns_of_an_unfinished_call_and_shows_an_answered_one_plainly(
     assert "at most once</span>" in row
 
 
+def test_while_the_task_asks_the_view_offers_the_required_actions_page_too(three_calls: DurableHarness) -> None:
+    access = CacheAccess(three_calls.identity, three_calls.store(), CacheReader(three_calls.store()))
+    task = TaskRef("dag", RUN_ID, "task", -1, "/base/pydantic-ai/cache")
+    data = ViewData(task, "awaiting_input", 4, "AgentOperator", access.location, True, access.reader.steps())
+    data.calls = access.calls()
+    page = view_page(data, "/static")
+
+    warning = page.split('<div class="call warning"', 1)[1].split("</div>", 1)[0]
+    assert '<a href="/base/dags/dag/runs/' in warning and '/tasks/task/required_actions" target="_top">' in warning
+    assert "Required Actions page</a>, or with:" in warning and "--rerun" in warning
+    assert "Waiting for a person&#x27;s approval" not in page
+
+
 def test_the_view_shows_no_calls_section_without_calls_in_doubt(harness: DurableHarness) -> None:
     from tests.helpers.durable import counting_agent
 

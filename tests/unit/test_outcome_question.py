@@ -13,9 +13,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.durable import DurableHarness, task_identity
 
 from airflow_pydantic_ai import at_most_once
-from airflow_pydantic_ai.approval.answer import read_answer, read_outcome_answer
+from airflow_pydantic_ai.approval.answer import read_answer, read_outcome_answer, read_outcome_answers
 from airflow_pydantic_ai.approval.flow import Resume
-from airflow_pydantic_ai.approval.request import PendingCall, build_outcome_request
+from airflow_pydantic_ai.approval.request import OutcomeCall, PendingCall, build_outcome_request, build_outcomes_request
 from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt, find_call
 from airflow_pydantic_ai.durable.read import CacheReader
 from airflow_pydantic_ai.durable.side_effects import OutcomeRules, Resolution, resolution_entry
@@ -120,6 +120,39 @@ def test_the_question_shows_the_call_masked_when_it_started_and_what_each_answer
     assert "Nobody answering within 4:00:00 fails the task." in body
 
 
+def test_one_question_asks_about_every_call_in_doubt_and_says_how_many_wait() -> None:
+    calls = [
+        OutcomeCall("charge_card", "aaaa", "c1", {"customer": "acme", "api_key": "sk-1"}, "try 1 at 10:00 UTC"),
+        OutcomeCall("charge_card", "bbbb", "c2", {"customer": "globex"}, "try 1 at 10:00 UTC"),
+    ]
+    request = build_outcomes_request(calls, task_label="billing.charge", redact=_redact, timeout="", param=_param)
+    assert request.subject == "billing.charge: did these 2 tool calls happen?"
+    assert request.options == ["Answer per call", "Fail the task"]
+    assert set(request.params) == {"outcome_aaaa", "result_aaaa", "outcome_bbbb", "result_bbbb"}
+    assert request.params["outcome_aaaa"]["value"] == "fail"  # nothing runs again unless a person says so
+    assert "**2 calls wait for an answer.**" in request.body
+    assert "call id `c1`" in request.body and "call id `c2`" in request.body and "sk-1" not in request.body
+
+
+def test_each_call_in_doubt_is_answered_by_its_own_fields_or_all_by_fail_the_task() -> None:
+    fields = {"outcome_aaaa": "happened", "result_aaaa": "r-1", "outcome_bbbb": "rerun", "result_bbbb": ""}
+    event = {"chosen_options": ["Answer per call"], "params_input": fields, "responded_by_user": {"name": "ana"}}
+    answers = read_outcome_answers(event, ["aaaa", "bbbb"], request_is_current=True)
+    assert answers.answered_by == "ana" and not answers.warnings
+    assert (answers.answers["aaaa"].answer, answers.answers["aaaa"].result) == ("happened", "r-1")
+    assert (answers.answers["bbbb"].answer, answers.answers["bbbb"].result) == ("rerun", None)
+    failed = read_outcome_answers(
+        {"chosen_options": ["Fail the task"], "params_input": fields}, ["aaaa", "bbbb"], request_is_current=True
+    )
+    assert {ref: found.answer for ref, found in failed.answers.items()} == {"aaaa": "fail", "bbbb": "fail"}
+    missing = read_outcome_answers(
+        {"chosen_options": ["Answer per call"], "params_input": {"outcome_aaaa": "happened"}},
+        ["aaaa", "bbbb"],
+        request_is_current=True,
+    )
+    assert set(missing.answers) == {"aaaa"} and "without the field 'outcome_bbbb'" in missing.warnings[0]
+
+
 def test_an_answer_reads_as_the_option_chosen_with_the_result_text() -> None:
     event = {
         "chosen_options": ["It happened"],
@@ -157,9 +190,11 @@ def test_an_answer_that_says_nothing_usable_is_ignored_and_a_timeout_is_reported
 def test_the_resume_arguments_carry_the_call_asked_about() -> None:
     doubt = {"key": "k" * 64, "ref": "kkkkkkkkkk", "tool": "charge_card", "attempt": 1, "started_at": 1.5}
     resume = Resume.from_kwargs(
-        {}, {"doubt": doubt, "request_ti": "ti", "shown_refs": ["outcome_kkkkkkkkkk"], "round": 0}
+        {}, {"doubts": [doubt], "request_ti": "ti", "shown_refs": ["outcome_kkkkkkkkkk"], "round": 0}
     )
-    assert resume.doubt == doubt and resume.pending == [] and resume.round == 0
+    assert resume.doubts == [doubt] and resume.pending == [] and resume.round == 0
+    parked_by_0_2 = Resume.from_kwargs({}, {"doubt": doubt, "request_ti": "ti", "shown_refs": [], "round": 0})
+    assert parked_by_0_2.doubts == [doubt]
     with pytest.raises(ValueError, match="without the calls it waited for"):
         Resume.from_kwargs({}, {"request_ti": "ti"})
 

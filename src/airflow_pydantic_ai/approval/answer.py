@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_pydantic_ai.approval.request import (
+    ANSWER_PER_CALL,
     APPROVE,
     APPROVE_ALL,
     DECIDE_PER_CALL,
@@ -28,11 +29,20 @@ from airflow_pydantic_ai.approval.request import (
     PendingCall,
     call_field,
     outcome_field,
+    result_field,
 )
 from airflow_pydantic_ai.durable import Decision
 from airflow_pydantic_ai.durable.errors import ApprovalTimedOut
 
-__all__ = ["Answer", "ApprovalTimedOut", "OutcomeAnswer", "read_answer", "read_outcome_answer"]
+__all__ = [
+    "Answer",
+    "ApprovalTimedOut",
+    "OutcomeAnswer",
+    "OutcomeAnswers",
+    "read_answer",
+    "read_outcome_answer",
+    "read_outcome_answers",
+]
 
 
 @dataclass
@@ -167,45 +177,80 @@ class OutcomeAnswer:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass
+class OutcomeAnswers:
+    """What an answer says about each call in doubt it was asked about (by ref; a call missing is asked again)."""
+
+    answers: dict[str, OutcomeAnswer] = field(default_factory=dict)
+    answered_by: str | None = None
+    timed_out: str = ""
+    """Why the wait ended without an answer (the approval timeout); "" when someone answered."""
+    warnings: list[str] = field(default_factory=list)
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if isinstance(value, (str, int, float, bool)) and str(value).strip() else None
+
+
 def read_outcome_answer(event: Any, ref: str, *, request_is_current: bool) -> OutcomeAnswer:
-    """What ``event`` says happened to the call in doubt ``ref``.
+    """What ``event`` says happened to the call in doubt ``ref`` (:func:`read_outcome_answers` for one call)."""
+    answers = read_outcome_answers(event, [ref], request_is_current=request_is_current)
+    found = answers.answers.get(ref) or OutcomeAnswer()
+    found.answered_by, found.timed_out, found.warnings = answers.answered_by, answers.timed_out, answers.warnings
+    return found
+
+
+def read_outcome_answers(event: Any, refs: Sequence[str], *, request_is_current: bool) -> OutcomeAnswers:
+    """What ``event`` says happened to each call in doubt of ``refs``.
+
+    A call's own field ``outcome_<ref>`` (``happened``, ``rerun`` or ``fail``) answers it where the option chosen
+    is "Answer per call", or where Airflow still shows an earlier request of the same try; its result is the field
+    ``result_<ref>``, else ``result``. Otherwise the option answers every call: "It happened" (with the field
+    ``result``), "Run it again", "Fail the task".
 
     :param event: The resume event Airflow hands the task (as for :func:`read_answer`).
-    :param ref: The call's short reference.
+    :param refs: The calls' short references, as asked.
     :param request_is_current: False when Airflow still shows an earlier request of the same try: then only the
-        field ``outcome_<ref>`` (``happened``, ``rerun`` or ``fail``) answers, whatever the option.
+        calls' own fields answer, whatever the option.
     :raises RuntimeError: The wait failed for another reason than its timeout.
     """
-    answer = OutcomeAnswer()
+    found = OutcomeAnswers()
     if not isinstance(event, Mapping):
-        answer.warnings.append(_NOT_A_MAPPING.format(type(event).__name__))
-        return answer
+        found.warnings.append(_NOT_A_MAPPING.format(type(event).__name__))
+        return found
     timeout = _wait_timed_out(event)
     if timeout is not None or event.get("timedout"):  # "timedout": a default answer, and this question has none
-        answer.timed_out = "nobody answered within the approval_timeout" + (f" ({timeout})" if timeout else "")
-        return answer
-    answer.answered_by = _user_name(event.get("responded_by_user"))
-    params = _fields(event, answer.warnings)
-    text = params.get(RESULT_FIELD)
-    answer.result = str(text) if isinstance(text, (str, int, float, bool)) and str(text).strip() else None
-    own = params.get(outcome_field(ref))
-    if own is not None:
-        verdict = str(own).strip().lower()
-        if verdict in OUTCOME_OPTIONS.values():
-            answer.answer = verdict
-        else:
-            choices = ", ".join(OUTCOME_OPTIONS.values())
-            answer.warnings.append(f"{outcome_field(ref)}={own!r} is not one of {choices}; ignored")
-        return answer
-    if not request_is_current:
-        answer.warnings.append(
-            f"the page shows an earlier question of this try, so only the field {outcome_field(ref)!r} "
-            f"({', '.join(OUTCOME_OPTIONS.values())}) answers this one; the option chosen decides nothing"
-        )
-        return answer
+        found.timed_out = "nobody answered within the approval_timeout" + (f" ({timeout})" if timeout else "")
+        return found
+    found.answered_by = _user_name(event.get("responded_by_user"))
+    params = _fields(event, found.warnings)
     chosen = event.get("chosen_options")
-    if not isinstance(chosen, list) or len(chosen) != 1 or chosen[0] not in OUTCOME_OPTIONS:
-        answer.warnings.append(f"the answer chose {chosen!r}, not one of {', '.join(OUTCOME_OPTIONS)}; it is ignored")
-        return answer
-    answer.answer = OUTCOME_OPTIONS[chosen[0]]
-    return answer
+    option = chosen[0] if isinstance(chosen, list) and len(chosen) == 1 and isinstance(chosen[0], str) else None
+    by_option = request_is_current and option in OUTCOME_OPTIONS
+    choices = ", ".join(OUTCOME_OPTIONS.values())
+    for ref in refs:
+        result = _text(params.get(result_field(ref)))
+        if result is None and (len(refs) == 1 or by_option):
+            result = _text(params.get(RESULT_FIELD))
+        own = params.get(outcome_field(ref))
+        if by_option:
+            assert option is not None
+            found.answers[ref] = OutcomeAnswer(OUTCOME_OPTIONS[option], result)
+        elif own is not None:
+            verdict = str(own).strip().lower()
+            if verdict in OUTCOME_OPTIONS.values():
+                found.answers[ref] = OutcomeAnswer(verdict, result)
+            else:
+                found.warnings.append(f"{outcome_field(ref)}={own!r} is not one of {choices}; ignored")
+        elif not request_is_current:
+            found.warnings.append(
+                f"the page shows an earlier question of this try, so only the field {outcome_field(ref)!r} "
+                f"({choices}) answers this one; the option chosen decides nothing"
+            )
+        elif option == ANSWER_PER_CALL:
+            found.warnings.append(f"'{ANSWER_PER_CALL}' was chosen without the field {outcome_field(ref)!r}")
+        else:
+            offered = ", ".join([*OUTCOME_OPTIONS, ANSWER_PER_CALL])
+            found.warnings.append(f"the answer chose {chosen!r}, not one of {offered}; it is ignored")
+            break
+    return found

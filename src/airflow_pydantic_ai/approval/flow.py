@@ -9,8 +9,9 @@ the run then starts again, replays every recorded step, finds the decisions and 
 
 A call in doubt (an ``at_most_once()`` call an earlier try started and never finished, with
 ``on_unknown_outcome='ask'``) goes the same way: the run stops with ``AskAboutOutcome``, :func:`ask_about_outcome`
-asks whether it happened, and :func:`record_answer` records the answer as the call's ``Resolution``, which the
-run applies when it reaches the call again.
+asks whether it happened (together with every other unanswered call in doubt of the cache: Airflow shows one
+request per try), and :func:`record_answer` records each answer as the call's ``Resolution``, which the run
+applies when it reaches the call again.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from typing import Any, Literal, NoReturn
 from pydantic_ai.messages import ToolCallPart
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.approval.answer import read_answer, read_outcome_answer
+from airflow_pydantic_ai.approval.answer import OutcomeAnswer, OutcomeAnswers, read_answer, read_outcome_answers
 from airflow_pydantic_ai.approval.request import (
     IT_HAPPENED,
     IT_HAPPENED_NO_RESULT,
     OUTCOME_OPTIONS,
     RESULT_FIELD,
+    OutcomeCall,
     PendingCall,
-    build_outcome_request,
+    build_outcomes_request,
     build_request,
     outcome_field,
 )
@@ -102,13 +104,21 @@ class Resume:
     """What the request Airflow shows asks about: approval refs, or ``outcome_<ref>`` for a call in doubt."""
     round: int
     """The approval round (0: none yet in this try, only a question about a call in doubt)."""
-    doubt: dict[str, Any] | None = None
-    """The call in doubt asked about (``key``, ``ref``, ``tool``, ``attempt``, ``started_at``), else None."""
+    doubts: list[dict[str, Any]] = field(default_factory=list)
+    """The calls in doubt asked about (each ``key``, ``ref``, ``tool``, ``attempt``, ``started_at``), else empty."""
+
+    @property
+    def doubt(self) -> dict[str, Any] | None:
+        """The first call in doubt asked about (the one the run stopped at), else None."""
+        return self.doubts[0] if self.doubts else None
 
     @classmethod
     def from_kwargs(cls, event: Any, kwargs: dict[str, Any]) -> Resume:
-        pending, doubt = kwargs.get("pending", []), kwargs.get("doubt")
-        if not isinstance(pending, list) or not (pending or isinstance(doubt, dict)):
+        pending, doubts = kwargs.get("pending", []), kwargs.get("doubts")
+        if not isinstance(doubts, list):  # a try parked by release 0.2.0 asked about one call
+            doubts = [kwargs["doubt"]] if isinstance(kwargs.get("doubt"), dict) else []
+        doubts = [dict(item) for item in doubts if isinstance(item, dict)]
+        if not isinstance(pending, list) or not (pending or doubts):
             raise ValueError(f"the task resumed without the calls it waited for ({kwargs!r})")
         return cls(
             event=event,
@@ -116,7 +126,7 @@ class Resume:
             request_ti=str(kwargs.get("request_ti", "")),
             shown_refs=[str(ref) for ref in kwargs.get("shown_refs") or []],
             round=int(kwargs["round"]) if kwargs.get("round") is not None else 1,
-            doubt=dict(doubt) if isinstance(doubt, dict) else None,
+            doubts=doubts,
         )
 
 
@@ -211,8 +221,8 @@ def ask(
 def record_answer(run: DurableRun, resume: Resume, *, settings: ApprovalSettings, log: Any) -> None:
     """Record the answer's decisions in the cache (calls it leaves undecided are asked again), or what happened
     to the call in doubt asked about."""
-    if resume.doubt is not None:
-        _record_outcome(run, resume, resume.doubt, log=log)
+    if resume.doubts:
+        _record_outcomes(run, resume, log=log)
         return
     calls = [
         PendingCall(ref=item["ref"], tool_name=str(item["tool"]), call_id=str(item["call_id"]), arguments=None)
@@ -272,25 +282,35 @@ def ask_about_outcome(
     context: Any,
     doubt: CallInDoubt,
     *,
+    run: DurableRun,
     settings: ApprovalSettings,
     previous: Resume | None,
     log: Any,
 ) -> NoReturn:
-    """Ask whether the call in doubt happened, and release the worker until a person answers.
+    """Ask whether the call in doubt happened, with every other unanswered call in doubt of the cache (Airflow shows
+    one request per try: a question asked later in the same try would not reach the Required Actions page), and
+    release the worker until a person answers.
 
     The wait is the approvals' (``approval_timeout``, ``approval_assigned_users``); when nobody answers in time the
     task fails (``on_approval_timeout='reject'`` has nothing to reject here).
     """
+    doubts = [doubt, *(other for other in _unanswered(run) if other.key != doubt.key)]
     ti_id = str(context["task_instance"].id)
-    asked = outcome_field(doubt.ref)
+    asked = [outcome_field(each.ref) for each in doubts]
     same_try = previous is not None and previous.request_ti == ti_id
-    shown_refs = previous.shown_refs if same_try and previous is not None else [asked]
-    request = build_outcome_request(
-        tool=doubt.started.tool,
-        ref=doubt.ref,
-        call_id=doubt.started.call_id,
-        arguments=doubt.started.arguments,
-        started=doubt.started.by,
+    shown_refs = previous.shown_refs if same_try and previous is not None else asked
+    calls = [
+        OutcomeCall(
+            tool=each.started.tool,
+            ref=each.ref,
+            call_id=each.started.call_id,
+            arguments=each.started.arguments,
+            started=each.started.by,
+        )
+        for each in doubts
+    ]
+    request = build_outcomes_request(
+        calls,
         task_label=_task_label(context),
         redact=_compat.redact,
         timeout=str(settings.timeout) if settings.timeout else "",
@@ -299,37 +319,59 @@ def ask_about_outcome(
     not_shown = publish_request(context, request, settings.assigned_users)
     if not_shown:
         log.warning("Approval: could not show the request in the rendered field '%s': %s", RENDERED_FIELD, not_shown)
-    log.warning("Unknown outcome: %s (ref %s); a person is asked whether it happened", doubt.describe(), doubt.ref)
-    if asked not in shown_refs:
+    for each in doubts:
+        log.warning("Unknown outcome: %s (ref %s); a person is asked whether it happened", each.describe(), each.ref)
+    if not set(asked) <= set(shown_refs):
         log.warning(
             "Unknown outcome: Airflow keeps one request per task try, so its Required Actions page still shows an "
             "earlier question; this one is in the task's rendered field '%s'. Answer it through the REST API (PATCH "
-            ".../taskInstances/%s/%s/hitlDetails) with any option and params_input {'%s': 'happened' | 'no-result' | "
-            "'rerun' | 'fail', '%s': <the result for the model>}",
+            ".../taskInstances/%s/%s/hitlDetails) with any option and params_input {%s}",
             RENDERED_FIELD,
             context["ti"].task_id,
             getattr(context["ti"], "map_index", -1),
-            asked,
-            RESULT_FIELD,
+            ", ".join(
+                f"'{outcome_field(each.ref)}': 'happened' | 'no-result' | 'rerun' | 'fail', "
+                f"'{RESULT_FIELD}_{each.ref}': <the result for the model>"
+                for each in doubts
+            ),
         )
+    choices = " / ".join(OUTCOME_OPTIONS) if len(doubts) == 1 else "happened / no-result / rerun / fail for each call"
     log.info(
-        "Unknown outcome: waiting for an answer (%s) on this task's Required Actions page; the task is %s",
-        " / ".join(OUTCOME_OPTIONS),
+        "Unknown outcome: waiting for an answer about %s (%s) on this task's Required Actions page; the task is %s",
+        "1 call" if len(doubts) == 1 else f"{len(doubts)} calls",
+        choices,
         _waiting_where(settings, at_timeout="fail"),
     )
     kwargs = {
-        "doubt": {
-            "key": doubt.key,
-            "ref": doubt.ref,
-            "tool": doubt.started.tool,
-            "attempt": doubt.started.attempt,
-            "started_at": doubt.started.started_at,
-        },
+        "doubts": [
+            {
+                "key": each.key,
+                "ref": each.ref,
+                "tool": each.started.tool,
+                "attempt": each.started.attempt,
+                "started_at": each.started.started_at,
+            }
+            for each in doubts
+        ],
         "request_ti": ti_id,
         "shown_refs": shown_refs,
         "round": previous.round if previous is not None else 0,
     }
     wait_for_answer(operator, context, request, timeout=settings.timeout, kwargs=kwargs)
+
+
+def _unanswered(run: DurableRun) -> list[CallInDoubt]:
+    """The calls in doubt of the run's cache that no answer resolves yet, oldest start first."""
+    entries = list(run.entries.values())
+    finished = {entry.key for entry in entries if entry.kind == "tool"}
+    found = []
+    for entry in entries:
+        if entry.kind != "started" or entry.key in finished:
+            continue
+        doubt = _doubt_again(run, {"key": entry.key})
+        if doubt is not None and doubt.resolution is None:
+            found.append(doubt)
+    return sorted(found, key=lambda doubt: (doubt.started.started_at, doubt.key))
 
 
 def _doubt_again(run: DurableRun, asked: dict[str, Any]) -> CallInDoubt | None:
@@ -356,16 +398,26 @@ def _doubt_again(run: DurableRun, asked: dict[str, Any]) -> CallInDoubt | None:
         return None
 
 
-def _record_outcome(run: DurableRun, resume: Resume, asked: dict[str, Any], *, log: Any) -> None:
-    """Record what the person said happened to the call in doubt (nothing when the answer says nothing usable:
-    the run then asks again)."""
-    ref, tool = str(asked.get("ref")), str(asked.get("tool"))
-    answer = read_outcome_answer(resume.event, ref, request_is_current=outcome_field(ref) in resume.shown_refs)
+def _record_outcomes(run: DurableRun, resume: Resume, *, log: Any) -> None:
+    """Record what the person said happened to each call in doubt asked about (nothing for a call the answer says
+    nothing usable about: the run then asks again)."""
+    refs = [str(asked.get("ref")) for asked in resume.doubts]
+    current = {outcome_field(ref) for ref in refs} <= set(resume.shown_refs)
+    answers = read_outcome_answers(resume.event, refs, request_is_current=current)
     log.info(
-        "Unknown outcome: resumed with an answer from %s about %s (ref %s)", answer.answered_by or "nobody", tool, ref
+        "Unknown outcome: resumed with an answer from %s about %s",
+        answers.answered_by or "nobody",
+        ", ".join(f"{asked.get('tool')} (ref {asked.get('ref')})" for asked in resume.doubts),
     )
-    for warning in answer.warnings:
+    for warning in answers.warnings:
         log.warning("Unknown outcome: %s", warning)
+    for asked in resume.doubts:
+        _record_outcome(run, asked, answers, log=log)
+
+
+def _record_outcome(run: DurableRun, asked: dict[str, Any], answers: OutcomeAnswers, *, log: Any) -> None:
+    ref, tool = str(asked.get("ref")), str(asked.get("tool"))
+    answer = answers.answers.get(ref) or OutcomeAnswer()
     doubt = _doubt_again(run, asked)
     if doubt is None or (doubt.started.attempt, doubt.started.started_at) != (
         asked.get("attempt"),
@@ -383,24 +435,23 @@ def _record_outcome(run: DurableRun, resume: Resume, asked: dict[str, Any], *, l
             "Unknown outcome: %s (ref %s): %s meanwhile; it applies", doubt.label, ref, doubt.resolution.describe()
         )
         return
-    if answer.timed_out:
+    if answers.timed_out:
         rules = replace(run.outcomes, can_ask=False)  # asking is over: the error names the other ways
-        raise unknown_outcome_error(doubt, rules, redact=_compat.redact, why=f"{answer.timed_out}, so the task fails")
+        raise unknown_outcome_error(doubt, rules, redact=_compat.redact, why=f"{answers.timed_out}, so the task fails")
     if answer.answer is None:
         log.warning(
             "Unknown outcome: the answer does not say what happened to %s (ref %s); it is asked again", tool, ref
         )
         return
-    who: dict[str, Any] = {"answered_by": answer.answered_by, "via": ANSWERED_VIA, "answered_at": time.time()}
+    who: dict[str, Any] = {"answered_by": answers.answered_by, "via": ANSWERED_VIA, "answered_at": time.time()}
     result = parse_result(answer.result)
     if answer.answer == "happened" and result is None:
         log.warning(
-            "Unknown outcome: the answer '%s' about %s (ref %s) gives no result for the model (the field '%s' is "
+            "Unknown outcome: the answer '%s' about %s (ref %s) gives no result for the model (its result field is "
             "empty); choose '%s' when its result is unknown. It is asked again",
             IT_HAPPENED,
             tool,
             ref,
-            RESULT_FIELD,
             IT_HAPPENED_NO_RESULT,
         )
         return

@@ -7,9 +7,11 @@ keys masked, long values cut), and a summary of the task's prompt. The options a
 "Reject all" (and "Decide per call" when there are several calls, with one approve/reject field per
 call); an optional reason is sent to the model for every rejected call.
 
-The question about a call in doubt (an ``at_most_once()`` call an earlier try started and never finished) shows
-the tool, its arguments (masked in the same way), which try started it and when, and what each answer does:
-"It happened" (with the result to give the model in a form field), "Run it again", "Fail the task".
+The question about the calls in doubt (``at_most_once()`` calls an earlier try started and never finished) shows,
+for each, the tool, its arguments (masked in the same way), which try started it and when, and what each answer
+does: "It happened" (with the result to give the model in a form field), "Run it again", "Fail the task". One
+question asks about every call in doubt of the cache (Airflow shows one request per try): with several, it says how
+many wait, and each call has a field for its answer and one for its result (:func:`build_outcomes_request`).
 
 Nothing here talks to Airflow's database: it only builds data (:class:`ApprovalRequest`).
 """
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ANSWER_PER_CALL",
     "APPROVE_ALL",
     "DECIDE_PER_CALL",
     "FAIL_THE_TASK",
@@ -34,11 +37,14 @@ __all__ = [
     "RESULT_FIELD",
     "RUN_IT_AGAIN",
     "ApprovalRequest",
+    "OutcomeCall",
     "PendingCall",
     "build_outcome_request",
+    "build_outcomes_request",
     "build_request",
     "call_field",
     "outcome_field",
+    "result_field",
 ]
 
 APPROVE_ALL = "Approve all"
@@ -58,6 +64,8 @@ OUTCOME_OPTIONS: dict[str, str] = {
 }
 """The options of the question about a call in doubt, and the answer (``Resolution.answer``) each gives."""
 RESULT_FIELD = "result"
+ANSWER_PER_CALL = "Answer per call"
+"""The option of a question about several calls in doubt that takes each call's own field."""
 
 _MAX_VALUE = 500
 """Characters of one argument value shown before it is cut."""
@@ -75,6 +83,28 @@ def outcome_field(ref: str) -> str:
     """The ``params_input`` key that answers the question about the call in doubt ``ref`` (``happened``, ``rerun``
     or ``fail``) where Airflow still shows an earlier request of the same try."""
     return f"outcome_{ref}"
+
+
+def result_field(ref: str) -> str:
+    """The ``params_input`` key that gives the result of the call in doubt ``ref`` in a question about several."""
+    return f"{RESULT_FIELD}_{ref}"
+
+
+@dataclass(frozen=True)
+class OutcomeCall:
+    """A call in doubt as the question shows it."""
+
+    tool: str
+    ref: str
+    call_id: str | None
+    arguments: Any
+    """As the model sent them (shown masked, long values cut)."""
+    started: str
+    """Which try started the call and when (``try 1 at 2026-11-28 10:00:00 UTC``)."""
+
+    def title(self) -> str:
+        call_id = f", call id {_code(self.call_id)})" if self.call_id else ")"
+        return f"{_code(self.tool)} (ref {_code(self.ref)}{call_id}"
 
 
 @dataclass(frozen=True)
@@ -242,24 +272,103 @@ def build_outcome_request(
     timeout: str,
     param: Callable[..., dict[str, Any]],
 ) -> ApprovalRequest:
-    """The question about one call in doubt: did its side effect happen?
+    """The question about one call in doubt (:func:`build_outcomes_request` with one call)."""
+    call = OutcomeCall(tool=tool, ref=ref, call_id=call_id, arguments=arguments, started=started)
+    return build_outcomes_request([call], task_label=task_label, redact=redact, timeout=timeout, param=param)
 
-    :param tool: The tool's name; ``ref`` the call's short reference; ``call_id`` the model's id for it.
-    :param arguments: As the model sent them (shown masked, long values cut).
-    :param started: Which try started the call and when (``try 1 at 2026-11-28 10:00:00 UTC``).
+
+def build_outcomes_request(
+    calls: Sequence[OutcomeCall],
+    *,
+    task_label: str,
+    redact: Callable[[Any], Any],
+    timeout: str,
+    param: Callable[..., dict[str, Any]],
+) -> ApprovalRequest:
+    """The question about the calls in doubt: did their side effects happen?
+
+    With one call the options answer it ("It happened" with the field *result*, "Run it again", "Fail the task").
+    With several, the question says how many wait; each call has a field ``outcome_<ref>`` (``happened``, ``rerun``
+    or ``fail``; ``fail`` by default: nothing runs again unless a person says so) and ``result_<ref>``, taken by
+    the option "Answer per call"; "Fail the task" answers every call so.
+
+    :param calls: The calls in doubt, the one the run stopped at first.
     :param task_label: ``dag_id.task_id`` (and map index) for the subject.
     :param redact: Airflow's secrets masker ``redact``.
     :param timeout: How long the person has (``"4:00:00"``), "" without a limit: the task fails then.
     :param param: Builds one serialized form field: ``param(default, description=..., **json_schema)``.
     """
-    call = f"{_code(tool)} (ref {_code(ref)}" + (f", call id {_code(call_id)})" if call_id else ")")
+    if len(calls) == 1:
+        return _one_call_question(calls[0], task_label=task_label, redact=redact, timeout=timeout, param=param)
+    count = len(calls)
     lines = [
         # Worded to stay true once answered: Airflow keeps showing this text after the answer and the run.
-        f"The agent of **{task_label}** called {call} in {started}, and that try was cut off while the call "
-        "ran: whether its side effect happened is unknown. The tool is marked `at_most_once()`, so the call is "
+        f"The agent of **{task_label}** called {count} tools marked `at_most_once()`, and the try that ran each "
+        "was cut off while the call ran: whether their side effects happened is unknown. None of them runs "
+        f"again before a person says what happened: **{count} calls wait for an answer.**",
+        "",
+    ]
+    for number, call in enumerate(calls, start=1):
+        lines += [
+            f"### {number}. {call.title()}, started in {call.started}",
+            "",
+            _fence(pretty_arguments(call.arguments, redact)),
+            "",
+        ]
+    lines += [
+        f"For each call, set its field *outcome* and choose **{ANSWER_PER_CALL}**:",
+        "",
+        f"- **happened**: the call is not run again; the model is given the text of its field *{RESULT_FIELD}* "
+        "(JSON or text) as what the call returned (required).",
+        "- **no-result**: the call is not run again; the model is told that it happened, that its result is "
+        "unknown, and not to call it again.",
+        "- **rerun**: the call runs once more: its side effect may happen twice.",
+        "- **fail**: the task fails, naming the call (later tries too, until another answer is recorded with "
+        "`airflow pydantic-ai cache resolve`).",
+        "",
+        f"**{FAIL_THE_TASK}** answers *fail* for every call.",
+    ]
+    if timeout:
+        lines += ["", f"Nobody answering within {timeout} fails the task."]
+    params: dict[str, dict[str, Any]] = {}
+    answers = list(OUTCOME_OPTIONS.values())
+    for number, call in enumerate(calls, start=1):
+        tool, ref = _plain(call.tool), _plain(call.ref)
+        params[outcome_field(call.ref)] = param(
+            "fail",
+            description=f"{number}. {tool} (ref {ref}): {', '.join(answers)}",
+            title=f"{number}. {tool}: outcome",
+            enum=answers,
+        )
+        params[result_field(call.ref)] = param(
+            "",
+            description=f"{number}. {tool}: for 'happened', what the call returned (JSON or text)",
+            title=f"{number}. {tool}: result",
+            type=["string", "null"],
+        )
+    return ApprovalRequest(
+        subject=f"{task_label}: did these {count} tool calls happen?",
+        body="\n".join(lines),
+        options=[ANSWER_PER_CALL, FAIL_THE_TASK],
+        params=params,
+    )
+
+
+def _one_call_question(
+    call: OutcomeCall,
+    *,
+    task_label: str,
+    redact: Callable[[Any], Any],
+    timeout: str,
+    param: Callable[..., dict[str, Any]],
+) -> ApprovalRequest:
+    lines = [
+        # Worded to stay true once answered: Airflow keeps showing this text after the answer and the run.
+        f"The agent of **{task_label}** called {call.title()} in {call.started}, and that try was cut off while the "
+        "call ran: whether its side effect happened is unknown. The tool is marked `at_most_once()`, so the call is "
         "not run again before a person says what happened.",
         "",
-        _fence(pretty_arguments(arguments, redact)),
+        _fence(pretty_arguments(call.arguments, redact)),
         "",
         f"- **{IT_HAPPENED}**: the call is not run again; the model is given the result you enter in the field "
         f"*{RESULT_FIELD}* (JSON or text) as what the call returned (required).",

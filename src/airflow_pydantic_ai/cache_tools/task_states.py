@@ -31,10 +31,12 @@ __all__ = [
     "MISSING",
     "NO_TASK_INSTANCE",
     "TaskRow",
+    "Waiting",
     "is_active",
     "state_of",
     "states_of",
     "task_row",
+    "waiting_for",
 ]
 
 MISSING = "missing"
@@ -141,10 +143,9 @@ def task_row(identity: TaskIdentity) -> TaskRow | None:
         return _task_row(session, identity)
 
 
-def _task_row(session: Any, identity: TaskIdentity) -> TaskRow | None:
-    from sqlalchemy import select
-
-    task_instance, _ = _tables()
+def _row_where(task_instance: Any, identity: TaskIdentity) -> list[Any] | None:
+    """The conditions that find the task instance's current try; None where it cannot exist (a loop's cache read
+    where Airflow has no loops)."""
     region_column, index_column = _place_columns(task_instance)
     where = [
         task_instance.c.dag_id == identity.dag_id,
@@ -155,8 +156,18 @@ def _task_row(session: Any, identity: TaskIdentity) -> TaskRow | None:
     ]
     if identity.region is not None:
         if region_column is None:
-            return None  # a loop's cache, read where Airflow has no loops
+            return None
         where.append(region_column == uuid.UUID(identity.region.id))
+    return where
+
+
+def _task_row(session: Any, identity: TaskIdentity) -> TaskRow | None:
+    from sqlalchemy import select
+
+    task_instance, _ = _tables()
+    where = _row_where(task_instance, identity)
+    if where is None:
+        return None  # a loop's cache, read where Airflow has no loops
     found = session.execute(
         select(
             task_instance.c.state,
@@ -271,3 +282,44 @@ def _state_name(state: object) -> str:
     if state is None:
         return NO_STATE
     return str(getattr(state, "value", state))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What a task instance that waits for a person (``awaiting_input`` or ``deferred``) asked about."""
+
+    doubts: frozenset[str]
+    """The refs of the calls in doubt its question asks about (empty: it asks for approvals)."""
+    has_timeout: bool
+    """Whether the wait ends at a time (the task's ``approval_timeout``)."""
+
+
+def waiting_for(identity: TaskIdentity) -> Waiting:
+    """What the task instance's pending question asks about (the arguments it resumes with) and whether it times
+    out; nothing asked where it does not wait."""
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    task_instance, _ = _tables()
+    where = _row_where(task_instance, identity)
+    if where is None:
+        return Waiting(frozenset(), False)
+    with create_session() as session:
+        found = session.execute(
+            select(task_instance.c.next_kwargs, task_instance.c.trigger_timeout).where(*where)
+        ).first()
+    if found is None:
+        return Waiting(frozenset(), False)
+    kwargs = found.next_kwargs
+    while isinstance(kwargs, dict) and "__var" in kwargs:  # kept serialized by some releases
+        kwargs = kwargs["__var"]
+    doubts = kwargs.get("doubts") if isinstance(kwargs, dict) else None
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("doubt"), dict):  # a try parked by release 0.2.0
+        doubts = [kwargs["doubt"]]
+    refs = set()
+    for item in doubts if isinstance(doubts, list) else []:
+        while isinstance(item, dict) and "__var" in item:
+            item = item["__var"]
+        if isinstance(item, dict) and item.get("ref"):
+            refs.add(str(item["ref"]))
+    return Waiting(frozenset(refs), found.trigger_timeout is not None)

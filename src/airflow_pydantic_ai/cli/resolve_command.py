@@ -118,27 +118,36 @@ def cache_resolve(args: Any) -> None:
         replaced = f" (replacing: {doubt.resolution.describe()})" if doubt.resolution is not None else ""
         started = f"started by {doubt.started.by}"
         print(f"Recorded for {doubt.label} (ref {doubt.ref}, {started}): {resolution.describe()}{replaced}")
-        print(_next_step(identity, answer))
+        print(_next_step(identity, answer, doubt.ref))
 
 
-def _next_step(identity: Any, answer: str) -> str:
+def _next_step(identity: Any, answer: str, ref: str) -> str:
     from airflow_pydantic_ai.cache_tools import task_states
 
     try:
         state = task_states.state_of(identity)
+        waiting = task_states.waiting_for(identity) if state in ("awaiting_input", "deferred") else None
     except Exception:  # the metadata database is out of reach here: the answer is recorded all the same
-        state = ""
+        state, waiting = "", None
     applies = {
         "happened": "the call is not run again and the model is given the result",
         "rerun": "the call runs once more",
         "fail": "the task fails, naming the call",
     }[answer]
     if state in ("awaiting_input", "deferred"):
-        return (
-            f"The task instance is {state}: it resumes when its question is answered on the Required Actions page "
-            f"(an answer there replaces this one) or when its approval_timeout passes (then this one applies: "
-            f"{applies})."
+        asked = waiting is not None and ref in waiting.doubts
+        ends = (
+            f" or when its approval_timeout passes (then this one applies: {applies})"
+            if waiting is not None and waiting.has_timeout
+            else ""
         )
+        question = (
+            "its question about this call is answered on the Required Actions page (an answer there replaces this one)"
+            if asked
+            else "its question is answered on the Required Actions page (the question is not about this call: this "
+            f"answer applies when the task reaches the call: {applies})"
+        )
+        return f"The task instance is {state}: it resumes when {question}{ends}."
     where = f"The task instance is {state}. " if state else ""
     return (
         f"{where}The next try that reaches the call applies it ({applies}): clear the task instance, or let its next "

@@ -289,7 +289,9 @@ class AgentOperator(BaseOperator):
             except AskAboutOutcome as question:  # on_unknown_outcome='ask': a call an earlier try never finished
                 from airflow_pydantic_ai.approval import ask_about_outcome
 
-                ask_about_outcome(self, context, question.call, settings=self.approval, previous=resume, log=self.log)
+                ask_about_outcome(
+                    self, context, question.call, run=run, settings=self.approval, previous=resume, log=self.log
+                )
             from airflow_pydantic_ai.durable import WaitingForDecisions
 
             if isinstance(result, WaitingForDecisions):

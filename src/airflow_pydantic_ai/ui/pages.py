@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from html import escape
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from airflow_pydantic_ai.cache_tools.access import ShownCall
 from airflow_pydantic_ai.durable.read import AttemptRecord, StepCost, StepInfo, format_usd, replay_total
@@ -169,7 +169,7 @@ def view_page(data: ViewData, static: str) -> str:
     if not data.exists:
         parts.append('<p class="empty">Nothing recorded for this task instance.</p>')
         return _page("Durable cache", "".join(parts), _static(task))
-    parts.append(_calls_in_doubt(data.calls))
+    parts.append(_calls_in_doubt(data.calls, asks=_required_actions(task) if state in _ASKING else ""))
     parts.append(_steps_table(data))
     if data.shown_step is not None:
         parts.append(_step_detail(data, data.shown_step))
@@ -201,9 +201,22 @@ def _step_detail(data: ViewData, step: StepInfo) -> str:
     )
 
 
-def _calls_in_doubt(calls: list[ShownCall]) -> str:
-    """Each call a try started and never finished: unanswered ones as a warning with the command that resolves them,
-    answered ones plainly with the answer."""
+_ASKING = ("awaiting_input", "deferred")
+"""The states in which a try waits for a person's answer (the question about the calls in doubt among them)."""
+
+
+def _required_actions(task: TaskRef) -> str:
+    """The task instance's Required Actions page in Airflow's UI (under the same base path as this view)."""
+    base = task.root.removesuffix("/pydantic-ai/cache")
+    mapped = f"/mapped/{task.map_index}" if task.map_index >= 0 else ""
+    ids = [quote(value, safe="") for value in (task.dag_id, task.run_id, task.task_id)]
+    return f"{base}/dags/{ids[0]}/runs/{ids[1]}/tasks/{ids[2]}{mapped}/required_actions"
+
+
+def _calls_in_doubt(calls: list[ShownCall], *, asks: str = "") -> str:
+    """Each call a try started and never finished: unanswered ones as a warning with the command that resolves them
+    (and, while the task waits for the answer, its Required Actions page: ``asks``), answered ones plainly with the
+    answer."""
     # The unanswered first: a person has to act on them.
     doubts = sorted(
         (shown for shown in calls if shown.call.in_doubt), key=lambda shown: shown.call.state != "unfinished"
@@ -227,7 +240,13 @@ def _calls_in_doubt(calls: list[ShownCall]) -> str:
             lines.append(f'<p class="muted">Checkpoints saved: {escape(", ".join(call.checkpoints))}</p>')
         if call.problem:
             lines.append(f'<p class="muted">{escape(_sentence(call.problem))}</p>')
-        if shown.resolve:
+        if shown.resolve and asks and call.state == "unfinished":
+            lines.append(
+                f'<p class="asks">The task waits for this answer: give it on the task\'s <a href="{escape(asks)}" '
+                'target="_top">Required Actions page</a>, or with:</p>'
+                f'<pre class="command">{escape(shown.resolve)}</pre>'
+            )
+        elif shown.resolve:
             lines.append(
                 "<p>To say what happened (then clear the task, or let its next retry run):</p>"
                 f'<pre class="command">{escape(shown.resolve)}</pre>'

@@ -134,7 +134,7 @@ class ModelStep:
         cost = recorded.get("cost_usd")
         if isinstance(cost, int | float) and not isinstance(cost, bool):
             return usage, Decimal(str(cost))
-        return usage, response_cost(replace(response, usage=usage))  # unpriced, or recorded before 0.3.0
+        return usage, response_cost(replace(response, usage=usage))  # unpriced, or recorded by release 0.2.0 or earlier
 
     def record_failure(self, error: BaseException) -> None:
         """The request was sent but raised: counted as executed, nothing to cache."""

@@ -54,7 +54,9 @@ class TryEnding:
     def describe(self) -> str:
         """One sentence for people: ``Failed: ConnectionError: chat API down``."""
         if self.how == "waiting":
-            return f"Waiting for a person's approval ({self.message})" if self.message else "Waiting for approval"
+            # The same wait asks for approvals or about calls in doubt: worded for both.
+            where = "Waiting for a person's answer on the Required Actions page"
+            return f"{where} ({self.message})" if self.message else where
         return f"Failed: {self.error_class}: {self.message}" if self.message else f"Failed: {self.error_class}"
 
     def name(self) -> str:

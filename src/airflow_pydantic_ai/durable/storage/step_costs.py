@@ -1,7 +1,7 @@
 """Tokens and cost of recorded model steps, as the read side shows them (``cache show`` and the UI view).
 
 A model entry keeps, beside its response, what the request reported (``input_tokens``, ``output_tokens``)
-and, since 0.3.0, its estimated cost in USD where pydantic-ai has a price for the model (``cost_usd``,
+and, since the release after 0.2.0, its estimated cost in USD where pydantic-ai has a price for the model (``cost_usd``,
 computed when the step was recorded, so reading never prices anything). :func:`replay_total` is the one
 line both the command and the view print under the steps: what a retry would replay, and what it saves.
 
