@@ -488,7 +488,7 @@ class DurableRun:
         Call it once Airflow has recorded the task's success (the operator does, from a success callback).
         """
         self.finished = True
-        delete_after_success(self.store, self.entries, self.writer.written, self.log)
+        delete_after_success(self.store, self.entries, self.writer.written, self.log, unverified=self.unverified)
 
     def summary(self) -> str:
         return self.stats.summary()
