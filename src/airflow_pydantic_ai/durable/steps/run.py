@@ -61,7 +61,7 @@ from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.steps.usage import replay_aware
 from airflow_pydantic_ai.durable.steps.writer import StepWriter, TryOutlook
-from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["DurableRun"]
@@ -420,6 +420,11 @@ class DurableRun:
     def mark_start(self, step: ToolStep) -> None:
         """Record that an at-most-once call starts now (right before it runs, ``at_most_once.py``)."""
         mark_start(self, step, redact=self.redact)
+
+    def unverified_mark(self, key: str) -> str | None:
+        """Why the start mark of the call ``key`` exists but could not be verified; None when it is readable or
+        absent (issue 35: such a mark still puts its call in doubt)."""
+        return self.unverified.get(entry_name("started", key))
 
     def forget_mark(self, name: str) -> None:
         """An at-most-once call ended with an exception of its own: remove its start mark (a retry runs it again)."""
