@@ -46,6 +46,7 @@ LIST_KEYS = [
     "bytes",
     "last_written",
     "task_state",
+    "calls_in_doubt",
     "location",
 ]
 NEIGHBOURS = ("-old/d/r/t/-1/model-x.json", "x/d/r/t/-1/tool-y.json", ".json")
@@ -557,3 +558,40 @@ def test_show_names_the_calls_in_doubt_and_how_to_resolve_them(tmp_path: Path) -
     ]
     assert [row["step"] for row in steps.json()] == [1, 2, 3, 4, 5]  # charge_card: the answer try 3 used
     assert "2 calls in doubt (started, cut off): add --calls to list them" in steps.stderr
+
+
+def test_rm_gc_and_list_never_forget_a_call_in_doubt_without_a_word(tmp_path: Path) -> None:
+    """Issue 35 item 2, through the real CLI: a cache whose send_invoice call was cut off and never answered."""
+    from tests.helpers.calls_in_doubt import write_three_calls
+    from tests.helpers.durable import RUN_ID, DurableHarness
+
+    harness = DurableHarness(base=str(tmp_path / "cache"))
+    write_three_calls(harness)
+    env = {"AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{harness.base}"}
+    cli = Scenario(backend="file", base_url=env["AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH"], env=env, fs=None, root="")
+    held = sorted(path.name for path in harness.root.iterdir())
+    invoice = "tool send_invoice (call c3) (ref "
+
+    listed = cli.cli("list", "-o", "json")
+    table = cli.cli("list")
+    refused = cli.cli("rm", "dag", RUN_ID, "task", "--yes")
+    dry = cli.cli("gc", "--dry-run")
+    kept = cli.cli("gc", "--yes")
+    assert sorted(path.name for path in harness.root.iterdir()) == held, "nothing was deleted"
+    forget_dry = cli.cli("rm", "dag", RUN_ID, "task", "--dry-run", "--forget-calls-in-doubt")
+    forgotten = cli.cli("gc", "--yes", "--forget-calls-in-doubt")
+
+    assert [row["calls_in_doubt"] for row in listed.json()] == [1], listed.stderr
+    assert "calls_in_doubt" in table.stdout
+    assert refused.code == 1
+    assert "holds 1 call in doubt" in refused.stderr and invoice in refused.stderr
+    assert "started by try 3 at " in refused.stderr and "--forget-calls-in-doubt" in refused.stderr
+    assert "cache resolve dag" in refused.stderr
+    assert dry.code == 0 and "Nothing to delete" in dry.stdout, dry.stderr
+    assert "holds calls in doubt, which gc keeps (delete it with --forget-calls-in-doubt)" in dry.stdout
+    assert invoice in dry.stdout
+    assert kept.code == 0 and "Nothing to delete" in kept.stdout, kept.stderr
+    assert forget_dry.code == 0 and f"and forget the calls in doubt: {invoice}" in forget_dry.stdout
+    assert forgotten.code == 0, forgotten.stderr
+    assert "which gc forgets (--forget-calls-in-doubt)" in forgotten.stdout and "Deleted 1 cache" in forgotten.stdout
+    assert not harness.root.exists() or not list(harness.root.iterdir())

@@ -46,7 +46,6 @@ from airflow_pydantic_ai.durable.side_effects import (
     parse_result,
     unknown_outcome_error,
 )
-from airflow_pydantic_ai.durable.storage.entry import entry_name
 
 __all__ = ["ANSWERED_VIA", "ApprovalSettings", "Resume", "ask", "ask_about_outcome", "record_answer"]
 
@@ -385,7 +384,7 @@ def _doubt_again(run: DurableRun, asked: dict[str, Any]) -> CallInDoubt | None:
             resolution = Resolution.from_payload(answer.payload)
     if mark is None:
         key = str(asked.get("key"))
-        why = run.unverified.get(entry_name("started", key))
+        why = run.unverified_mark(key)
         if why is None or "tool" in found:
             return None
         # Issue 35: a mark that cannot be verified is a start all the same (the one asked about, when unknown).

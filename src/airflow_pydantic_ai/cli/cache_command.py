@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_pydantic_ai.cache_tools import task_states
 from airflow_pydantic_ai.cache_tools.access import STEP_LIMIT, CacheAccess, ShownCall
+from airflow_pydantic_ai.cache_tools.doubts import FORGET_FLAG, doubts_of, named_calls
 from airflow_pydantic_ai.cli.mistakes import _UserError
 from airflow_pydantic_ai.durable import TaskIdentity
 from airflow_pydantic_ai.durable.read import CacheSummary, list_caches
@@ -47,7 +48,17 @@ LIST_COLUMNS = (
     "location",
 )
 """The fields of ``cache list -o json|yaml``."""
-TABLE_COLUMNS = ("dag_id", "run_id", "task_id", "map_index", "entries", "bytes", "last_written", "task_state")
+TABLE_COLUMNS = (
+    "dag_id",
+    "run_id",
+    "task_id",
+    "map_index",
+    "entries",
+    "bytes",
+    "last_written",
+    "task_state",
+    "calls_in_doubt",
+)
 """The columns of ``cache list``'s table: what fits a terminal; the location is in ``-o json`` and ``cache show``."""
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -207,7 +218,7 @@ def _catalog(base: Any) -> list[CacheSummary]:
     return list_caches(base.fs, base.root, base.url)
 
 
-def _list_row(cache: CacheSummary, state: str) -> dict[str, Any]:
+def _list_row(cache: CacheSummary, state: str, doubts: int = 0) -> dict[str, Any]:
     return {
         "dag_id": cache.dag_id,
         "run_id": cache.run_id,
@@ -220,6 +231,7 @@ def _list_row(cache: CacheSummary, state: str) -> dict[str, Any]:
         "bytes": cache.size,
         "last_written": cache.last_written.isoformat() if cache.last_written else None,
         "task_state": state,
+        "calls_in_doubt": doubts,
         "location": cache.location,
     }
 
@@ -245,7 +257,8 @@ def cache_list(args: Any) -> None:
             if cache.matches(args.dag_id, args.run_id, args.task_id) and _older_than(cache, cutoff)
         ]
         states = task_states.states_of(caches)
-        rows = [_list_row(cache, states[cache.segments]) for cache in caches]
+        base = _base()
+        rows = [_list_row(cache, states[cache.segments], len(doubts_of(cache, base))) for cache in caches]
         if args.output not in ("json", "yaml"):
             rows = [_table_row(row, cache) for row, cache in zip(rows, caches, strict=True)]
         _print_rows(rows, args.output)
@@ -361,9 +374,12 @@ def cache_rm(args: Any) -> None:
         else:
             doomed = steps
             what = f"the whole cache ({_plural(len(steps), 'step')}, {_size(sum(step.size for step in steps))})"
+        doubts = _doubts_forgotten(access, identity, args) if args.from_step is None else []
         if args.dry_run:
             print(f"Would delete {what} at {location} (dry run: nothing deleted)")
             _print_steps(doomed)
+            if doubts:
+                print(f"  and forget the calls in doubt: {named_calls(doubts)}")
             return
         _confirm(f"{what} at {location}", args.yes)
         if args.from_step is not None:
@@ -372,6 +388,21 @@ def cache_rm(args: Any) -> None:
         else:
             reader.delete_all()
             print(f"Deleted {what} at {location}; the next try runs every step live")
+            if doubts:
+                print(f"Forgot the calls in doubt ({FORGET_FLAG}): {named_calls(doubts)}")
+
+
+def _doubts_forgotten(access: CacheAccess, identity: TaskIdentity, args: Any) -> list[Any]:
+    """The calls in doubt deleting the whole cache forgets; refused (naming each) without --forget-calls-in-doubt.
+    ``cache rm --from-step`` keeps them: the start marks and answers are not numbered steps."""
+    from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt, forgetting_refused
+    from airflow_pydantic_ai.durable_task.lifecycle import cache_resolve_command
+
+    doubts = calls_in_doubt(access.reader)
+    if doubts and not getattr(args, "forget_calls_in_doubt", False):
+        what = f"the cache of {_describe(identity)}"
+        raise _UserError(forgetting_refused(what, doubts, cache_resolve_command(identity)))
+    return doubts
 
 
 def _print_steps(steps: list[Any]) -> None:
@@ -391,6 +422,10 @@ def cache_gc(args: Any) -> None:
         caches = [cache for cache in _catalog(base) if _older_than(cache, cutoff)]
         states = task_states.states_of(caches)
         doomed = [cache for cache in caches if states[cache.segments] in task_states.DELETABLE_STATES]
+        doubts = {cache.segments: found for cache in doomed if (found := doubts_of(cache, base))}
+        forget = getattr(args, "forget_calls_in_doubt", False)
+        if not forget:  # issue 35: a call in doubt is never forgotten without a word
+            doomed = [cache for cache in doomed if cache.segments not in doubts]
         kept = len(caches) - len(doomed)
         freed = sum(cache.size for cache in doomed)
         rows = [
@@ -402,10 +437,12 @@ def cache_gc(args: Any) -> None:
                 "iteration": cache.iteration,
                 "task_state": states[cache.segments],
                 "bytes": cache.size,
+                "calls_in_doubt": len(doubts.get(cache.segments, [])),
                 "location": cache.location,
             }
             for cache in doomed
         ]
+        _say_doubts(caches, doubts, forget=forget, output=args.output)
         if not doomed:
             _say(
                 f"Nothing to delete: {_plural(kept, 'cache')} may still be read by their task instance "
@@ -430,6 +467,20 @@ def cache_gc(args: Any) -> None:
             f"kept {kept} that may still be read",
             args.output,
         )
+
+
+def _say_doubts(
+    caches: list[CacheSummary], doubts: dict[tuple[str, str, str, str], list[Any]], *, forget: bool, output: str
+) -> None:
+    """``cache gc``: the caches it keeps (or, with --forget-calls-in-doubt, deletes) for their calls in doubt."""
+    from airflow_pydantic_ai.cache_tools.doubts import named_calls
+
+    for cache in caches:
+        found = doubts.get(cache.segments)
+        if not found:
+            continue
+        fate = f"forgets ({FORGET_FLAG})" if forget else f"keeps (delete it with {FORGET_FLAG})"
+        _say(f"{cache.location} holds calls in doubt, which gc {fate}: {named_calls(found)}", output)
 
 
 def _say(message: str, output: str) -> None:

@@ -123,6 +123,12 @@ ARG_NO_RESULT = Arg(
     help="With --happened, instead of --result: its result is unknown; the model is told the call happened, its "
     "result is unknown, and not to call it again",
 )
+ARG_FORGET_CALLS_IN_DOUBT = Arg(
+    ("--forget-calls-in-doubt",),
+    action="store_true",
+    help="Delete a cache that holds a call in doubt (an at_most_once() call a try started and never finished) all "
+    "the same, naming each call: a later try may run it again. Without it such a cache is kept",
+)
 ARG_RERUN = Arg(("--rerun",), action="store_true", help="Run the call once more (its side effect may happen twice)")
 ARG_FAIL = Arg(("--fail",), action="store_true", help="Fail the task when a try reaches the call")
 
@@ -173,6 +179,7 @@ CACHE_COMMANDS = (
             ARG_DRY_RUN,
             ARG_YES,
             ARG_FORCE,
+            ARG_FORGET_CALLS_IN_DOUBT,
         ),
     ),
     ActionCommand(
@@ -203,7 +210,7 @@ CACHE_COMMANDS = (
             "removed, skipped, or its DAG run deleted)"
         ),
         func=lazy_load_command(f"{_COMMANDS}.cache_gc"),
-        args=(ARG_OLDER_THAN, ARG_DRY_RUN, ARG_YES, ARG_OUTPUT),
+        args=(ARG_OLDER_THAN, ARG_DRY_RUN, ARG_YES, ARG_OUTPUT, ARG_FORGET_CALLS_IN_DOUBT),
     ),
     ActionCommand(
         name="export",

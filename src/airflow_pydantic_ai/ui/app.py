@@ -342,6 +342,7 @@ def create_app() -> FastAPI:
         _check_post(request, user, form_token, "delete", (*_target(task), ""))
         access, row = _opened_task(task)
         _refuse_active(task, row.state)
+        _refuse_calls_in_doubt(task, access)
         try:
             count = access.reader.delete_all()
         except OutsideCacheBase as error:  # a symbolic link in the cache's folders: nothing deleted
@@ -390,6 +391,18 @@ def _notice(done: str) -> str:
 def _target(task: TaskRef) -> tuple[str, ...]:
     target = (task.dag_id, task.run_id, task.task_id, str(task.map_index))
     return target if task.iteration is None else (*target, f"loop{task.iteration}")
+
+
+def _refuse_calls_in_doubt(task: TaskRef, access: CacheAccess) -> None:
+    """Issue 35: deleting a cache that holds a call in doubt would forget it; refused as ``cache rm`` refuses it."""
+    from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt, forgetting_refused
+    from airflow_pydantic_ai.durable_task.lifecycle import cache_resolve_command
+
+    doubts = calls_in_doubt(access.reader)
+    if doubts:
+        what = f"the cache of {access.identity.describe()}"
+        detail = forgetting_refused(what, doubts, cache_resolve_command(access.identity))
+        raise _Refusal(409, "Refused: the cache holds calls in doubt", detail, task)
 
 
 def _refuse_active(task: TaskRef, state: str | None) -> None:

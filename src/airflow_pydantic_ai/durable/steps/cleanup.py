@@ -24,9 +24,26 @@ __all__ = ["delete_after_success", "discard_earlier_run", "pack_for_next_try", "
 
 
 def delete_after_success(
-    store: StepStore, entries: Mapping[str, StepEntry], written: Sequence[str], log: TaskLogger
+    store: StepStore,
+    entries: Mapping[str, StepEntry],
+    written: Sequence[str],
+    log: TaskLogger,
+    *,
+    unverified: Mapping[str, str] | None = None,
 ) -> None:
-    """Delete the cache: the entries this attempt ``written`` and those it found, newest first."""
+    """Delete the cache: the entries this attempt ``written`` and those it found, newest first.
+
+    Issue 35: the start marks of at-most-once calls an earlier try started and never finished that this try never
+    reached (its path went elsewhere: a step replayed differently, the code changed) are kept, with their answers,
+    written back as single entries after the deletion, and a WARNING names each: the success does not say whether
+    their side effect happened. ``cache list`` shows the cache; ``cache rm --forget-calls-in-doubt`` deletes it.
+    ``unverified``: start marks that exist but could not be verified (kept as stored when they are single entries).
+    """
+    try:
+        orphans = _orphaned_marks(store, entries, written, unverified or {})
+    except Exception as error:  # never fails the task: the marks cannot be read back, say so
+        log.warning("Durable: could not read the start marks to keep at %s (%s)", store.location, describe_error(error))
+        orphans = {}
     recorded = sorted(
         (entry for entry in entries.values() if entry.name not in written),
         key=lambda entry: (entry.recorded_at or 0.0, entry.attempt, entry.step),
@@ -42,7 +59,55 @@ def delete_after_success(
             describe_error(error),
         )
         return
-    log.info("Durable: task succeeded; deleted the cache at %s", store.location)
+    if not orphans:
+        log.info("Durable: task succeeded; deleted the cache at %s", store.location)
+        return
+    try:
+        for name, data in orphans.items():
+            store.write(name, data)
+    except Exception as error:
+        log.error("Durable: could not keep the start marks at %s (%s)", store.location, describe_error(error))
+        return
+    labels = [_mark_label(name, entries) for name in orphans if name.startswith("started-")]
+    log.warning(
+        "Durable: task succeeded; deleted the cache at %s but kept the start marks of %s an earlier try started and "
+        "never finished, which no try reached or resolved: %s. The success does not say whether they happened: "
+        "check, then delete them with cache rm ... --forget-calls-in-doubt",
+        store.location,
+        plural(len(labels), "at-most-once call"),
+        ", ".join(labels),
+    )
+
+
+def _orphaned_marks(
+    store: StepStore, entries: Mapping[str, StepEntry], written: Sequence[str], unverified: Mapping[str, str]
+) -> dict[str, bytes]:
+    """Entry name -> stored bytes of each start mark whose call has no tool entry, and of its answer."""
+    done = set(entries) | set(written)
+    kept: dict[str, bytes] = {}
+    for name, entry in entries.items():
+        if entry.step_role != "started" or entry_name("tool", entry.key) in done:
+            continue
+        kept[name] = store.encode(entry)
+        answer = entries.get(entry_name("resolution", entry.key))
+        if answer is not None:
+            kept[answer.name] = store.encode(answer)
+    damaged = [
+        name
+        for name in unverified
+        if name.startswith("started-") and name not in kept and f"tool-{name.removeprefix('started-')}" not in done
+    ]
+    for name, data in store.read_entries(damaged).items():
+        if isinstance(data, bytes):  # a single entry, kept as it is; one inside a pack cannot be kept
+            kept[name] = data
+    return kept
+
+
+def _mark_label(name: str, entries: Mapping[str, StepEntry]) -> str:
+    entry = entries.get(name)
+    if entry is None:
+        return f"{name} (cannot be verified)"
+    return call_label("tool", entry.label, entry.call_id)
 
 
 def discard_earlier_run(store: StepStore, entries: Mapping[str, StepEntry], attempt: int, log: TaskLogger) -> None:

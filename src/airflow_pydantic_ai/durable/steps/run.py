@@ -62,7 +62,7 @@ from airflow_pydantic_ai.durable.steps.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 from airflow_pydantic_ai.durable.steps.usage import replay_aware
 from airflow_pydantic_ai.durable.steps.writer import StepWriter, TryOutlook
-from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = ["DurableRun"]
@@ -430,6 +430,11 @@ class DurableRun:
         """Record that an at-most-once call starts now (right before it runs, ``at_most_once.py``)."""
         mark_start(self, step, redact=self.redact)
 
+    def unverified_mark(self, key: str) -> str | None:
+        """Why the start mark of the call ``key`` exists but could not be verified; None when it is readable or
+        absent (issue 35: such a mark still puts its call in doubt)."""
+        return self.unverified.get(entry_name("started", key))
+
     def forget_mark(self, name: str) -> None:
         """An at-most-once call ended with an exception of its own: remove its start mark (a retry runs it again)."""
         forget_mark(self, name)
@@ -497,7 +502,7 @@ class DurableRun:
         Call it once Airflow has recorded the task's success (the operator does, from a success callback).
         """
         self.finished = True
-        delete_after_success(self.store, self.entries, self.writer.written, self.log)
+        delete_after_success(self.store, self.entries, self.writer.written, self.log, unverified=self.unverified)
 
     def summary(self) -> str:
         return self.stats.summary()
