@@ -216,7 +216,8 @@ class StepEntry:
     """The agent run the step belongs to when it is not the attempt's first top-level run: ``parent`` (the key of
     the step that started the run, or ``top``), ``index`` (among the runs that step started), ``at`` (the model
     step of the enclosing run that asked for that step), ``agent`` (its name) and ``depth``. Absent (None) in
-    entries of the first run and in every entry written by release 0.2.0 or earlier, so those are stored as they always were."""
+    entries of the first run and in every entry written by release 0.2.0 or earlier, so those are stored as they
+    always were."""
 
     @property
     def scope_id(self) -> tuple[str, int] | None:
