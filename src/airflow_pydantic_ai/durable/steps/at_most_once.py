@@ -27,6 +27,7 @@ import contextlib
 import datetime as dt
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -50,6 +51,7 @@ __all__ = [
     "Resolution",
     "StartedCall",
     "UnknownOutcome",
+    "asking_answer",
     "before_live_call",
     "forget_mark",
     "mark_start",
@@ -196,6 +198,10 @@ class CallInDoubt:
     resolution: Resolution | None = None
     scope: dict[str, Any] | None = None
     """The agent run the call belongs to (its entries' ``scope``)."""
+    asked_by: int | None = None
+    """The number of the model step whose answer asked for the call, as ``cache show``, ``--step`` and
+    ``--from-step`` number it (the call itself has no step of its own until an answer about it is used); None when
+    that answer is not in the cache."""
 
     @classmethod
     def of_mark(cls, mark: StepEntry, resolution: Resolution | None = None) -> CallInDoubt:
@@ -211,8 +217,9 @@ class CallInDoubt:
         return self.key[:10]
 
     def describe(self) -> str:
+        asked = f", asked for by step {self.asked_by}," if self.asked_by is not None else ""
         return (
-            f"{self.label} was started by try {self.started.attempt} at {self.started.when} and never finished "
+            f"{self.label}{asked} was started by try {self.started.attempt} at {self.started.when} and never finished "
             "(that try was cut off while it ran)"
         )
 
@@ -273,7 +280,24 @@ def _doubt(run: StepOwner, step: ToolStep) -> CallInDoubt | None:
             run.entry_unusable(answer, error, f"the outcome of {shown} counts as unanswered")
         else:
             resolution = found if found.resolves(started) else None
-    return CallInDoubt(step.key, run.answer_number, shown, started, resolution, mark.scope)
+    asking = asking_answer(mark, run.entries.values())
+    asked_by = run.step_number(asking) if asking is not None else None
+    label = call_label("tool", step.tool_name, step.call_id)  # not step.shown(): the call has no step (yet)
+    return CallInDoubt(step.key, run.answer_number, label, started, resolution, mark.scope, asked_by)
+
+
+def asking_answer(mark: StepEntry, entries: Iterable[StepEntry]) -> StepEntry | None:
+    """The model step whose answer asked for the call ``mark`` started: of its agent run and model step, recorded
+    by the try that started the call or an earlier one (the latest of them)."""
+    found = [
+        entry
+        for entry in entries
+        if entry.step_role == "model"
+        and entry.step == mark.step
+        and entry.scope_id == mark.scope_id
+        and entry.attempt <= mark.attempt
+    ]
+    return max(found, key=lambda entry: (entry.attempt, entry.recorded_at or 0.0)) if found else None
 
 
 def masked_value(arguments: Any, redact: Any) -> Any:
