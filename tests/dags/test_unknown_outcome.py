@@ -351,3 +351,32 @@ def test_the_call_in_doubt_is_named_by_a_step_the_cli_takes(capfd: pytest.Captur
     cache_show(argparse.Namespace(**ids, **shown, step=None))
     listing = capfd.readouterr().out
     assert "call charge-1: outcome unknown: asked for by step 1, started by try 1 at " in listing, listing
+
+
+def test_the_cli_figures_agree_for_a_cache_with_a_call_in_doubt(capfd: pytest.CaptureFixture[str]) -> None:
+    """``rm`` reports the bytes ``list`` and ``gc`` report (the start mark included); ``gc``'s table has ``list``'s
+    columns, no loop iteration outside loops; ``gc --dry-run -o json`` prints ``[]`` when nothing would go."""
+    from airflow_pydantic_ai.cli.cache_command import cache_gc, cache_list, cache_rm
+
+    dr = run_dag(charge_dag("unknown_cli_figures", on_unknown_outcome="fail"))
+    assert dr.state == "failed"
+    capfd.readouterr()
+    ids = {"dag_id": dr.dag_id, "run_id": dr.run_id, "task_id": "charge", "map_index": -1, "iteration": None}
+
+    cache_list(argparse.Namespace(dag_id=dr.dag_id, run_id=None, task_id=None, older_than=None, output="json"))
+    [listed] = json.loads(capfd.readouterr().out)
+    cache_rm(argparse.Namespace(**ids, from_step=None, dry_run=True, yes=False, force=False, output="table"))
+    dry_rm = capfd.readouterr().out
+    assert f", {listed['bytes']} bytes stored)" in dry_rm, (listed, dry_rm)
+
+    cache_list(argparse.Namespace(dag_id=dr.dag_id, run_id=None, task_id=None, older_than=None, output="table"))
+    list_header = capfd.readouterr().out.splitlines()
+    cache_gc(argparse.Namespace(older_than=None, dry_run=True, yes=False, output="table"))
+    gc_table = capfd.readouterr().out.splitlines()
+    header = next(line for line in list_header if "dag_id" in line).split()
+    assert next(line for line in gc_table if "dag_id" in line).split() == header
+    assert "iteration" not in header
+
+    cache_gc(argparse.Namespace(older_than="1000w", dry_run=True, yes=False, output="json"))
+    nothing = capfd.readouterr()
+    assert json.loads(nothing.out) == [] and "Nothing to delete" in nothing.err

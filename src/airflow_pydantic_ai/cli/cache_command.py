@@ -245,15 +245,24 @@ def cache_list(args: Any) -> None:
             if cache.matches(args.dag_id, args.run_id, args.task_id) and _older_than(cache, cutoff)
         ]
         states = task_states.states_of(caches)
-        rows = [_list_row(cache, states[cache.segments]) for cache in caches]
-        if args.output not in ("json", "yaml"):
-            rows = [_table_row(row, cache) for row, cache in zip(rows, caches, strict=True)]
-        _print_rows(rows, args.output)
+        _print_rows(_rows(caches, states, args.output), args.output)
 
 
-def _table_row(row: dict[str, Any], cache: CacheSummary) -> dict[str, Any]:
-    """A row of ``cache list``'s table: :data:`TABLE_COLUMNS`, the time to the second (UTC)."""
-    shown = {column: row[column] for column in TABLE_COLUMNS}
+def _rows(caches: list[CacheSummary], states: dict[tuple[str, ...], str], output: str) -> list[dict[str, Any]]:
+    """The rows of ``cache list`` (and of ``gc``): every field in JSON and YAML; in a table :data:`TABLE_COLUMNS`,
+    and the loop iteration only where a cache is a loop's."""
+    rows = [_list_row(cache, states[cache.segments]) for cache in caches]
+    if output in ("json", "yaml"):
+        return rows
+    looped = any(cache.iteration is not None for cache in caches)
+    return [_table_row(row, cache, looped=looped) for row, cache in zip(rows, caches, strict=True)]
+
+
+def _table_row(row: dict[str, Any], cache: CacheSummary, *, looped: bool = False) -> dict[str, Any]:
+    """A row of ``cache list``'s table: :data:`TABLE_COLUMNS` (``iteration`` after the map index where ``looped``),
+    the time to the second (UTC)."""
+    columns = (*TABLE_COLUMNS[:4], "iteration", *TABLE_COLUMNS[4:]) if looped else TABLE_COLUMNS
+    shown = {column: row[column] for column in columns}
     if cache.last_written is not None:
         shown["last_written"] = cache.last_written.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     return shown
@@ -360,7 +369,9 @@ def cache_rm(args: Any) -> None:
             what = f"{numbers} of the cache ({_size(sum(step.size for step in doomed))})"
         else:
             doomed = steps
-            what = f"the whole cache ({_plural(len(steps), 'step')}, {_size(sum(step.size for step in steps))})"
+            stored = _stored_size(identity)  # what list and gc say: every object, start marks and notes' entries too
+            size = stored if stored is not None else sum(step.size for step in steps)
+            what = f"the whole cache ({_plural(len(steps), 'step')}, {_size(size)} stored)"
         if args.dry_run:
             print(f"Would delete {what} at {location} (dry run: nothing deleted)")
             _print_steps(doomed)
@@ -372,6 +383,16 @@ def cache_rm(args: Any) -> None:
         else:
             reader.delete_all()
             print(f"Deleted {what} at {location}; the next try runs every step live")
+
+
+def _stored_size(identity: Any) -> int | None:
+    """The bytes the task instance's cache holds as ``cache list`` and ``gc`` count them (None: not listed)."""
+    base = _base()
+    segments = tuple(identity.segments())
+    for cache in list_caches(base.fs, base.root, base.url, within=segments[:3]):
+        if cache.segments == segments:
+            return cache.size
+    return None
 
 
 def _print_steps(steps: list[Any]) -> None:
@@ -393,20 +414,10 @@ def cache_gc(args: Any) -> None:
         doomed = [cache for cache in caches if states[cache.segments] in task_states.DELETABLE_STATES]
         kept = len(caches) - len(doomed)
         freed = sum(cache.size for cache in doomed)
-        rows = [
-            {
-                "dag_id": cache.dag_id,
-                "run_id": cache.run_id,
-                "task_id": cache.task_id,
-                "map_index": cache.map_index,
-                "iteration": cache.iteration,
-                "task_state": states[cache.segments],
-                "bytes": cache.size,
-                "location": cache.location,
-            }
-            for cache in doomed
-        ]
+        rows = _rows(doomed, states, args.output)  # the columns of cache list
         if not doomed:
+            if args.output in ("json", "yaml"):
+                _print_rows([], args.output)  # a script parsing stdout gets an empty list
             _say(
                 f"Nothing to delete: {_plural(kept, 'cache')} may still be read by their task instance "
                 f"(looked under {base.url})",
