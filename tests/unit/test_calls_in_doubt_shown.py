@@ -162,6 +162,20 @@ def test_json_stays_the_steps_and_calls_lists_every_call_as_rows(capsys: pytest.
 
 
 @pytest.mark.usefixtures("three_calls")
+@pytest.mark.usefixtures("three_calls")
+def test_cache_show_calls_fits_a_terminal_with_each_command_on_a_line_of_its_own(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    out, _ = _show(capsys, output="table", calls=True)
+    lines = [line for line in out.splitlines() if line.strip()]
+    header = next(line for line in lines if "ref" in line and "state" in line)
+    assert len([cell for cell in header.split("|") if cell.strip()]) <= 8, header
+    [command] = [line for line in lines if line.startswith("resolve ")]
+    assert f"{RESOLVE} " in command and command.endswith("--rerun")  # whole, on one line
+    assert "send_invoice" in out and "arguments" not in header
+
+
 def test_calls_and_step_together_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match="error: --calls lists the at_most_once"):
         _show(capsys, calls=True, step=1)

@@ -49,6 +49,8 @@ LIST_COLUMNS = (
 """The fields of ``cache list -o json|yaml``."""
 TABLE_COLUMNS = ("dag_id", "run_id", "task_id", "map_index", "entries", "bytes", "last_written", "task_state")
 """The columns of ``cache list``'s table: what fits a terminal; the location is in ``-o json`` and ``cache show``."""
+CALL_TABLE_COLUMNS = ("ref", "tool", "call_id", "state", "attempt", "started_at", "answer", "answered_by")
+"""The columns of ``cache show --calls``'s table (JSON and YAML hold every field: arguments, result, the command)."""
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -280,7 +282,15 @@ def cache_show(args: Any) -> None:
             if args.step is not None:
                 raise _UserError("--calls lists the at_most_once() calls; --step shows one step: give one of them")
             print(f"Cache at {access.location}", file=sys.stderr)
-            _print_rows([call.as_row() for call in access.calls()], args.output)
+            calls = access.calls()
+            if args.output in ("json", "yaml"):
+                _print_rows([call.as_row() for call in calls], args.output)
+                return
+            # A table that fits a terminal; each command on a line of its own, never wrapped inside a cell.
+            _print_rows([{key: call.as_row()[key] for key in CALL_TABLE_COLUMNS} for call in calls], args.output)
+            for call in calls:
+                if call.resolve:
+                    print(f"resolve {call.call.ref}: {call.resolve}")
             return
         if args.step is None:
             print(f"Cache at {access.location}", file=sys.stderr)  # stdout stays the table or document
