@@ -94,7 +94,7 @@ def test_fail_stops_the_retry_and_names_the_call_and_the_resolve_command(capfd: 
     assert task_states(dr)[("charge", -1)] == ("failed", 2)
     assert CHARGES == [1]  # the retry did not charge again
     assert "OutcomeUnknown" in out
-    assert "tool charge_card (call charge-1) was started by try 1" in out
+    assert "tool charge_card (call charge-1), asked for by step 1, was started by try 1" in out
     assert f"{RESOLVE} unknown_fail {dr.run_id} charge --call " in out
     assert "on_unknown_outcome='fail'" in out
     assert "sk-live-do-not-show" not in out
@@ -244,7 +244,7 @@ def test_an_answer_fail_the_task_fails_it_with_the_call_named(api: HitlApi, capf
     assert dr.state == "failed", out[-5000:]
     assert CHARGES == [1]
     assert "alice answered 'fail the task' (the Required Actions page)" in out
-    assert "tool charge_card (call charge-1) was started by try 1" in out
+    assert "tool charge_card (call charge-1), asked for by step 1, was started by try 1" in out
 
 
 @PARKS
@@ -410,3 +410,53 @@ def test_cache_resolve_while_the_task_asks_says_what_the_question_and_its_timeou
     assert "its question about this call is answered on the Required Actions page (an answer there replaces" in note
     assert "approval_timeout" not in note, note  # none is set
     assert MODEL_SAW == ['"r-page"']  # the page's answer replaced the command's
+
+
+def test_the_call_in_doubt_is_named_by_a_step_the_cli_takes(capfd: pytest.CaptureFixture[str]) -> None:
+    """The error names the call by the model step that asked for it: ``cache show --step`` shows that step (the call
+    itself has no step until an answer about it is used), and ``cache show`` names the same step."""
+    from airflow_pydantic_ai.cli.cache_command import cache_show
+
+    dr = run_dag(charge_dag("unknown_step_numbers", on_unknown_outcome="fail"))
+    out = capfd.readouterr().out
+    assert dr.state == "failed", out[-5000:]
+    assert "tool charge_card (call charge-1), asked for by step 1, was started by try 1" in out
+    assert "step 2: tool charge_card" not in out  # a number no command takes while the call is in doubt
+
+    ids = {"dag_id": dr.dag_id, "run_id": dr.run_id, "task_id": "charge", "map_index": -1, "iteration": None}
+    shown = {"full": False, "raw": False, "calls": False, "output": "plain"}
+    cache_show(argparse.Namespace(**ids, **shown, step=1))
+    step = capfd.readouterr().out
+    assert step.startswith("Step 1: model ") and "charge-1" in step, step
+    cache_show(argparse.Namespace(**ids, **shown, step=None))
+    listing = capfd.readouterr().out
+    assert "call charge-1: outcome unknown: asked for by step 1, started by try 1 at " in listing, listing
+
+
+def test_the_cli_figures_agree_for_a_cache_with_a_call_in_doubt(capfd: pytest.CaptureFixture[str]) -> None:
+    """``rm`` reports the bytes ``list`` and ``gc`` report (the start mark included); ``gc``'s table has ``list``'s
+    columns, no loop iteration outside loops; ``gc --dry-run -o json`` prints ``[]`` when nothing would go."""
+    from airflow_pydantic_ai.cli.cache_command import cache_gc, cache_list, cache_rm
+
+    dr = run_dag(charge_dag("unknown_cli_figures", on_unknown_outcome="fail"))
+    assert dr.state == "failed"
+    capfd.readouterr()
+    ids = {"dag_id": dr.dag_id, "run_id": dr.run_id, "task_id": "charge", "map_index": -1, "iteration": None}
+
+    cache_list(argparse.Namespace(dag_id=dr.dag_id, run_id=None, task_id=None, older_than=None, output="json"))
+    [listed] = json.loads(capfd.readouterr().out)
+    cache_rm(argparse.Namespace(**ids, from_step=None, dry_run=True, yes=False, force=False, output="table"))
+    dry_rm = capfd.readouterr().out
+    assert f", {listed['bytes']} bytes stored)" in dry_rm, (listed, dry_rm)
+
+    cache_list(argparse.Namespace(dag_id=dr.dag_id, run_id=None, task_id=None, older_than=None, output="table"))
+    list_header = capfd.readouterr().out.splitlines()
+    cache_gc(argparse.Namespace(older_than=None, dry_run=True, yes=False, output="table"))
+    gc_table = capfd.readouterr().out.splitlines()
+    header = next(line for line in list_header if "dag_id" in line).split()
+    assert next(line for line in gc_table if "dag_id" in line).split() == header
+    assert "iteration" not in header
+
+    cache_gc(argparse.Namespace(older_than="1000w", dry_run=True, yes=False, output="json"))
+    nothing = capfd.readouterr()
+    assert json.loads(nothing.out) == [] and "Nothing to delete" in nothing.err

@@ -541,10 +541,10 @@ def test_show_names_the_calls_in_doubt_and_how_to_resolve_them(tmp_path: Path) -
 
     assert table.code == 0, table.stderr
     section = table.stdout.split("Calls in doubt (2):", 1)[1]
-    assert "tool charge_card  call c2: started by try 1 at " in section
+    assert "tool charge_card  call c2: asked for by step 3, started by try 1 at " in section
     assert "cut off; ana answered 'it happened' (the Required Actions page)" in section
     assert f"result given: {RECEIPT}" in section
-    assert "tool send_invoice  call c3: outcome unknown: started by try 3 at " in section
+    assert "tool send_invoice  call c3: outcome unknown: asked for by step 5, started by try 3 at " in section
     invoice = rows.json()[2]
     command = (
         f"{'airflow pydantic-ai' if CLI == AIRFLOW_BIN else 'airflow-pydantic-ai'} cache resolve dag {RUN_ID} task"

@@ -122,7 +122,7 @@ def test_resolve_rerun_from_the_cli_then_clear_runs_the_call_again(
     unknown = _cli(encrypted_cache, *ids, "--call", "nope", "--rerun")
     assert unknown.returncode == 1
     assert "--call 'nope' matches no call in doubt" in unknown.stderr
-    assert "tool charge_card (call charge-1) was started by try 1" in unknown.stderr
+    assert "tool charge_card (call charge-1), asked for by step 1, was started by try 1" in unknown.stderr
     no_answer = _cli(encrypted_cache, *ids, "--call", "charge-1")
     assert no_answer.returncode == 1 and "--happened --result JSON_OR_TEXT" in no_answer.stderr
 
@@ -135,7 +135,10 @@ def test_resolve_rerun_from_the_cli_then_clear_runs_the_call_again(
     )
     assert show.returncode == 0, show.stderr
     ref = command.rsplit(" ", 1)[1]
-    assert f"  {ref}  tool charge_card  call charge-1: outcome unknown: started by try 1 at " in show.stdout
+    assert (
+        f"  {ref}  tool charge_card  call charge-1: outcome unknown: asked for by step 1, started by try 1 at "
+        in show.stdout
+    )
     assert f"resolve: {command.split(' --call ')[0]} --call {ref} --happened" in show.stdout
 
     resolved = _cli(encrypted_cache, *ids, "--call", command.rsplit(" ", 1)[1], "--rerun")

@@ -160,3 +160,31 @@ def test_two_calls_in_doubt_are_answered_on_the_required_actions_page_alone(
     # The model was told each receipt the person gave, as what its call returned.
     settled = str(cluster.xcom_value(DAG_ID, run_id, TASK_ID))
     assert all(f"r-{ref}" in settled for ref in refs) and "charged again" not in settled, settled
+
+
+def test_tasks_clear_leaves_a_run_without_a_logical_date_and_the_rest_clear_reruns_it(
+    cluster: AirflowCluster, root: Path
+) -> None:
+    """What ``docs/cli.rst`` says about clearing: the runs the UI and the REST API trigger have no logical date, and
+    ``airflow tasks clear`` (which selects by logical date) clears nothing of them; ``clearTaskInstances`` with the
+    ``dag_run_id`` (what the UI's Clear sends) runs the task's next try."""
+    cluster.wait_for_dag(DAG_ID, timeout=60)
+    run_id = cluster.trigger(DAG_ID)  # logical_date None, as the UI's trigger
+    _wait_for_state(cluster, run_id, {"awaiting_input"}, timeout=RUN_TIMEOUT)
+    body = {"chosen_options": ["Fail the task"], "params_input": {}}
+    time.sleep(5)  # the Airflow 3.3.2 race of an answer given right after the park (docs/approval.rst)
+    cluster.login_as("alice", USERS["alice"][1])
+    cluster.hitl_respond(DAG_ID, run_id, TASK_ID, body)
+    assert cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT) == "failed", cluster.tails()
+    cluster.login_as("admin", USERS["admin"][1])
+
+    cleared = cluster.cli("tasks", "clear", DAG_ID, "--task-regex", f"^{TASK_ID}$", "--yes")
+    assert cleared.returncode == 0, cleared.stderr
+    time.sleep(5)
+    ti = cluster.task_instance(DAG_ID, run_id, TASK_ID)
+    assert (ti["state"], ti["try_number"]) == ("failed", 2), (ti, cleared.stdout)  # nothing cleared
+
+    cluster.clear_task(DAG_ID, run_id, TASK_ID)  # POST /api/v2/dags/{dag_id}/clearTaskInstances, dag_run_id
+    ti = _wait_for_state(cluster, run_id, {"running", "queued", "scheduled", "failed", "success"}, timeout=60)
+    assert cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT) == "failed"  # the answer 'fail' stays
+    assert cluster.task_instance(DAG_ID, run_id, TASK_ID)["try_number"] >= 3  # ran again (and its retry, if any)

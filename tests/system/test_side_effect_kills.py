@@ -36,6 +36,9 @@ from airflow_pydantic_ai.durable.storage.entry import entry_kind
 PROMPT = "charge the card"
 REFERENCE = expected_output(PROMPT, 1)
 CALL = "step 2: tool work (call call-0)"
+IN_DOUBT = "tool work (call call-0), asked for by step 1,"
+"""How the log and the errors name the call while it is in doubt: by the model step that asked for it (the call
+has no step of its own until an answer about it is used)."""
 KILLED = -signal.SIGKILL
 POINTS = {
     "before-mark": "before-mark:1",
@@ -166,17 +169,17 @@ def test_an_at_most_once_call_killed_at_each_point(trial: Trial, point: str, pol
     elif does == "reruns":
         assert second["output"] == REFERENCE and second["executed"]["tool"] == 1, context
         [warning] = second["warnings"]
-        assert warning.startswith(f"Durable: {CALL} was started by try 1 at "), warning
+        assert warning.startswith(f"Durable: {IN_DOUBT} was started by try 1 at "), warning
         assert "it runs again (on_unknown_outcome='rerun'), so its side effect may happen twice" in warning
     elif does == "fails":
         error = second["error"]
-        assert error.startswith(f"OutcomeUnknown: {CALL} was started by try 1 at "), error
+        assert error.startswith(f"OutcomeUnknown: {IN_DOUBT} was started by try 1 at "), error
         assert "so this try does not run it again (on_unknown_outcome='fail')" in error
         assert 'Arguments: {"step": 0}' in error and "--call" in error and "--rerun" in error
         assert "output" not in second
     else:
         assert does == "asks"
-        assert second["error"].startswith(f"AskAboutOutcome: {CALL} was started by try 1 at "), context
+        assert second["error"].startswith(f"AskAboutOutcome: {IN_DOUBT} was started by try 1 at "), context
         assert second["error"].endswith("a person is asked what happened"), context
         assert second["asked"]["attempt"] == 1 and "output" not in second
         # The person says it happened and what it returned; try 3 replays that instead of the call.

@@ -53,11 +53,16 @@ def test_each_start_is_unfinished_resolved_or_finished_as_a_retry_sees_it(three_
     assert not seat.in_doubt and card.in_doubt and invoice.in_doubt
     # Try 3 used the answer: the result given is charge_card's own step now; send_invoice has none.
     assert seat.recorded and card.recorded and not invoice.recorded
-    assert invoice.describe() == f"outcome unknown: started by try 3 at {invoice.call.started.when}, never finished"
-    assert card.describe() == (
-        f"started by try 1 at {card.call.started.when}, cut off; ana answered 'it happened' (the Required Actions page)"
+    assert invoice.describe() == (
+        f"outcome unknown: asked for by step 5, started by try 3 at {invoice.call.started.when}, never finished"
     )
-    assert seat.describe().startswith("at most once: started by try 1 at ") and seat.describe().endswith(", finished")
+    assert card.describe() == (
+        f"asked for by step 3, started by try 1 at {card.call.started.when}, cut off; ana answered 'it happened' "
+        "(the Required Actions page)"
+    )
+    assert seat.describe().startswith(
+        "at most once: asked for by step 1, started by try 1 at "
+    ) and seat.describe().endswith(", finished")
     assert card.result() == RECEIPT and invoice.result() is None
     assert card.ref == card.call.key[:10] and seat.tool_entry_name == f"tool-{seat.call.key}.json"
 
@@ -120,10 +125,10 @@ def test_cache_show_lists_the_calls_in_doubt_after_the_steps_with_the_command(
     assert "reserve_seat" in steps and "A retry replays 5 steps (3 model)" in steps
     lines = section.splitlines()
     card, invoice = lines[0], next(line for line in lines if "send_invoice" in line)
-    assert "tool charge_card  call c2: started by try 1 at " in card
+    assert "tool charge_card  call c2: asked for by step 3, started by try 1 at " in card
     assert card.endswith("cut off; ana answered 'it happened' (the Required Actions page)")
     assert f"result given: {RECEIPT}" in section
-    assert "tool send_invoice  call c3: outcome unknown: started by try 3 at " in invoice
+    assert "tool send_invoice  call c3: outcome unknown: asked for by step 5, started by try 3 at " in invoice
     assert invoice.endswith("never finished")
     ref = invoice.split()[0]
     resolve = [line.strip() for line in lines if line.strip().startswith("resolve:")]
@@ -157,6 +162,20 @@ def test_json_stays_the_steps_and_calls_lists_every_call_as_rows(capsys: pytest.
 
 
 @pytest.mark.usefixtures("three_calls")
+@pytest.mark.usefixtures("three_calls")
+def test_cache_show_calls_fits_a_terminal_with_each_command_on_a_line_of_its_own(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    out, _ = _show(capsys, output="table", calls=True)
+    lines = [line for line in out.splitlines() if line.strip()]
+    header = next(line for line in lines if "ref" in line and "state" in line)
+    assert len([cell for cell in header.split("|") if cell.strip()]) <= 8, header
+    [command] = [line for line in lines if line.startswith("resolve ")]
+    assert f"{RESOLVE} " in command and command.endswith("--rerun")  # whole, on one line
+    assert "send_invoice" in out and "arguments" not in header
+
+
 def test_calls_and_step_together_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match="error: --calls lists the at_most_once"):
         _show(capsys, calls=True, step=1)
@@ -189,7 +208,7 @@ def test_the_view_warns_of_an_unfinished_call_and_shows_an_answered_one_plainly(
     assert "<h2>Calls in doubt (2)</h2>" in section
     warning, resolved = section.split('<div class="call resolved"')
     assert '<div class="call warning"' in warning and "tool send_invoice" in warning
-    assert "Outcome unknown: started by try 3 at " in warning and "never finished." in warning
+    assert "Outcome unknown: asked for by step 5, started by try 3 at " in warning and "never finished." in warning
     assert f"{RESOLVE} " in warning and "--rerun" in warning
     assert "tool charge_card" in resolved and "ana answered &#x27;it happened&#x27;" in resolved
     assert f"Result given to the model: <code>{RECEIPT}</code>" in resolved and "cache resolve" not in resolved

@@ -45,6 +45,7 @@ LIST_COLUMNS = (
     "bytes",
     "last_written",
     "task_state",
+    "calls_in_doubt",
     "location",
 )
 """The fields of ``cache list -o json|yaml``."""
@@ -60,6 +61,8 @@ TABLE_COLUMNS = (
     "calls_in_doubt",
 )
 """The columns of ``cache list``'s table: what fits a terminal; the location is in ``-o json`` and ``cache show``."""
+CALL_TABLE_COLUMNS = ("ref", "tool", "call_id", "state", "attempt", "started_at", "answer", "answered_by")
+"""The columns of ``cache show --calls``'s table (JSON and YAML hold every field: arguments, result, the command)."""
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -258,15 +261,30 @@ def cache_list(args: Any) -> None:
         ]
         states = task_states.states_of(caches)
         base = _base()
-        rows = [_list_row(cache, states[cache.segments], len(doubts_of(cache, base))) for cache in caches]
-        if args.output not in ("json", "yaml"):
-            rows = [_table_row(row, cache) for row, cache in zip(rows, caches, strict=True)]
-        _print_rows(rows, args.output)
+        doubts: dict[tuple[str, ...], int] = {cache.segments: len(doubts_of(cache, base)) for cache in caches}
+        _print_rows(_rows(caches, states, args.output, doubts), args.output)
 
 
-def _table_row(row: dict[str, Any], cache: CacheSummary) -> dict[str, Any]:
-    """A row of ``cache list``'s table: :data:`TABLE_COLUMNS`, the time to the second (UTC)."""
-    shown = {column: row[column] for column in TABLE_COLUMNS}
+def _rows(
+    caches: list[CacheSummary],
+    states: dict[tuple[str, ...], str],
+    output: str,
+    doubts: dict[tuple[str, ...], int],
+) -> list[dict[str, Any]]:
+    """The rows of ``cache list`` (and of ``gc``): every field in JSON and YAML; in a table :data:`TABLE_COLUMNS`,
+    and the loop iteration only where a cache is a loop's. ``doubts``: each cache's count of calls in doubt."""
+    rows = [_list_row(cache, states[cache.segments], doubts.get(cache.segments, 0)) for cache in caches]
+    if output in ("json", "yaml"):
+        return rows
+    looped = any(cache.iteration is not None for cache in caches)
+    return [_table_row(row, cache, looped=looped) for row, cache in zip(rows, caches, strict=True)]
+
+
+def _table_row(row: dict[str, Any], cache: CacheSummary, *, looped: bool = False) -> dict[str, Any]:
+    """A row of ``cache list``'s table: :data:`TABLE_COLUMNS` (``iteration`` after the map index where ``looped``),
+    the time to the second (UTC)."""
+    columns = (*TABLE_COLUMNS[:4], "iteration", *TABLE_COLUMNS[4:]) if looped else TABLE_COLUMNS
+    shown = {column: row[column] for column in columns}
     if cache.last_written is not None:
         shown["last_written"] = cache.last_written.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     return shown
@@ -284,7 +302,15 @@ def cache_show(args: Any) -> None:
             if args.step is not None:
                 raise _UserError("--calls lists the at_most_once() calls; --step shows one step: give one of them")
             print(f"Cache at {access.location}", file=sys.stderr)
-            _print_rows([call.as_row() for call in access.calls()], args.output)
+            calls = access.calls()
+            if args.output in ("json", "yaml"):
+                _print_rows([call.as_row() for call in calls], args.output)
+                return
+            # A table that fits a terminal; each command on a line of its own, never wrapped inside a cell.
+            _print_rows([{key: call.as_row()[key] for key in CALL_TABLE_COLUMNS} for call in calls], args.output)
+            for call in calls:
+                if call.resolve:
+                    print(f"resolve {call.call.ref}: {call.resolve}")
             return
         if args.step is None:
             print(f"Cache at {access.location}", file=sys.stderr)  # stdout stays the table or document
@@ -373,7 +399,9 @@ def cache_rm(args: Any) -> None:
             what = f"{numbers} of the cache ({_size(sum(step.size for step in doomed))})"
         else:
             doomed = steps
-            what = f"the whole cache ({_plural(len(steps), 'step')}, {_size(sum(step.size for step in steps))})"
+            stored = _stored_size(identity)  # what list and gc say: every object, start marks and notes' entries too
+            size = stored if stored is not None else sum(step.size for step in steps)
+            what = f"the whole cache ({_plural(len(steps), 'step')}, {_size(size)} stored)"
         doubts = _doubts_forgotten(access, identity, args) if args.from_step is None else []
         if args.dry_run:
             print(f"Would delete {what} at {location} (dry run: nothing deleted)")
@@ -405,6 +433,16 @@ def _doubts_forgotten(access: CacheAccess, identity: TaskIdentity, args: Any) ->
     return doubts
 
 
+def _stored_size(identity: Any) -> int | None:
+    """The bytes the task instance's cache holds as ``cache list`` and ``gc`` count them (None: not listed)."""
+    base = _base()
+    segments = tuple(identity.segments())
+    for cache in list_caches(base.fs, base.root, base.url, within=segments[:3]):
+        if cache.segments == segments:
+            return cache.size
+    return None
+
+
 def _print_steps(steps: list[Any]) -> None:
     for step in steps:
         print(f"  step {step.number}: {step.kind} {step.shown_name or '-'} ({_size(step.size)})")
@@ -428,22 +466,11 @@ def cache_gc(args: Any) -> None:
             doomed = [cache for cache in doomed if cache.segments not in doubts]
         kept = len(caches) - len(doomed)
         freed = sum(cache.size for cache in doomed)
-        rows = [
-            {
-                "dag_id": cache.dag_id,
-                "run_id": cache.run_id,
-                "task_id": cache.task_id,
-                "map_index": cache.map_index,
-                "iteration": cache.iteration,
-                "task_state": states[cache.segments],
-                "bytes": cache.size,
-                "calls_in_doubt": len(doubts.get(cache.segments, [])),
-                "location": cache.location,
-            }
-            for cache in doomed
-        ]
+        rows = _rows(doomed, states, args.output, {key: len(found) for key, found in doubts.items()})
         _say_doubts(caches, doubts, forget=forget, output=args.output)
         if not doomed:
+            if args.output in ("json", "yaml"):
+                _print_rows([], args.output)  # a script parsing stdout gets an empty list
             _say(
                 f"Nothing to delete: {_plural(kept, 'cache')} may still be read by their task instance "
                 f"(looked under {base.url})",

@@ -27,6 +27,7 @@ import contextlib
 import datetime as dt
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -51,6 +52,7 @@ __all__ = [
     "Resolution",
     "StartedCall",
     "UnknownOutcome",
+    "asking_answer",
     "before_live_call",
     "forget_mark",
     "mark_start",
@@ -236,6 +238,10 @@ class CallInDoubt:
     resolution: Resolution | None = None
     scope: dict[str, Any] | None = None
     """The agent run the call belongs to (its entries' ``scope``)."""
+    asked_by: int | None = None
+    """The number of the model step whose answer asked for the call, as ``cache show``, ``--step`` and
+    ``--from-step`` number it (the call itself has no step of its own until an answer about it is used); None when
+    that answer is not in the cache."""
 
     @classmethod
     def of_mark(cls, mark: StepEntry, resolution: Resolution | None = None) -> CallInDoubt:
@@ -251,7 +257,11 @@ class CallInDoubt:
         return self.key[:10]
 
     def describe(self) -> str:
-        return f"{self.label} was started by {self.started.by} and never finished (that try was cut off while it ran)"
+        asked = f", asked for by step {self.asked_by}," if self.asked_by is not None else ""
+        return (
+            f"{self.label}{asked} was started by {self.started.by} and never finished "
+            "(that try was cut off while it ran)"
+        )
 
 
 @dataclass(frozen=True)
@@ -312,13 +322,18 @@ def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
             why,
         )
         started = StartedCall.unknown(step.tool_name, step.call_id, step.arguments, why)
-        return CallInDoubt(step.key, run.answer_number, shown, started, _answer_for(run, step, started), None)
+        label = call_label("tool", step.tool_name, step.call_id)  # not step.shown(): the call has no step (yet)
+        return CallInDoubt(step.key, run.answer_number, label, started, _answer_for(run, step, started), None)
     try:
         started = StartedCall.from_payload(mark.payload)
     except Exception as error:  # a mark that cannot be read: the call cannot be proven started; say so
         run.entry_unusable(mark, error, f"{shown} is treated as started by try {mark.attempt} with its outcome unknown")
         started = StartedCall(step.tool_name, step.call_id, step.arguments, mark.attempt, mark.recorded_at or 0.0)
-    return CallInDoubt(step.key, run.answer_number, shown, started, _answer_for(run, step, started), mark.scope)
+    asking = asking_answer(mark, run.entries.values())
+    asked_by = run.step_number(asking) if asking is not None else None
+    label = call_label("tool", step.tool_name, step.call_id)  # not step.shown(): the call has no step (yet)
+    resolution = _answer_for(run, step, started)
+    return CallInDoubt(step.key, run.answer_number, label, started, resolution, mark.scope, asked_by)
 
 
 def _answer_for(run: StepOwner, step: ToolStep, started: StartedCall) -> Resolution | None:
@@ -333,6 +348,20 @@ def _answer_for(run: StepOwner, step: ToolStep, started: StartedCall) -> Resolut
         run.entry_unusable(answer, error, f"the outcome of {step.shown()} counts as unanswered")
         return None
     return found if found.resolves(started) else None
+
+
+def asking_answer(mark: StepEntry, entries: Iterable[StepEntry]) -> StepEntry | None:
+    """The model step whose answer asked for the call ``mark`` started: of its agent run and model step, recorded
+    by the try that started the call or an earlier one (the latest of them)."""
+    found = [
+        entry
+        for entry in entries
+        if entry.step_role == "model"
+        and entry.step == mark.step
+        and entry.scope_id == mark.scope_id
+        and entry.attempt <= mark.attempt
+    ]
+    return max(found, key=lambda entry: (entry.attempt, entry.recorded_at or 0.0)) if found else None
 
 
 def masked_value(arguments: Any, redact: Any) -> Any:

@@ -72,6 +72,8 @@ class MarkedCall:
     def describe(self) -> str:
         """Its state in one line: ``outcome unknown: started by try 1 at 2026-11-28 10:00:00 UTC, never finished``."""
         started = f"started by {self.call.started.by}"
+        if self.call.asked_by is not None:
+            started = f"asked for by step {self.call.asked_by}, {started}"
         if self.state == "finished":
             return f"at most once: {started}, finished"
         if self.state == "unfinished":
@@ -111,8 +113,23 @@ def marked_calls(reader: CacheReader) -> list[MarkedCall]:
         _classify(mark, entries, sorted(checkpoints.get(mark.key, []), key=lambda entry: entry.recorded_at or 0.0))
         for mark in marks
     ]
+    numbers = {step.entry_name: step.number for step in reader.steps()}  # the same survey: no second read
+    found = [_numbered(marked, mark, entries, numbers) for marked, mark in zip(found, marks, strict=True)]
     found += [_unverified(name[len(_STARTED_PREFIX) : -5], why, entries) for name, why in sorted(unverified.items())]
     return sorted(found, key=lambda marked: (marked.call.started.started_at, marked.call.key))
+
+
+def _numbered(
+    marked: MarkedCall, mark: StepEntry, entries: dict[str, StepEntry], numbers: dict[str, int]
+) -> MarkedCall:
+    """``marked`` with the number of the model step that asked for the call (what a retry's log names)."""
+    from dataclasses import replace
+
+    from airflow_pydantic_ai.durable.steps.at_most_once import asking_answer
+
+    asking = asking_answer(mark, entries.values())
+    number = numbers.get(asking.name) if asking is not None else None
+    return replace(marked, call=replace(marked.call, asked_by=number)) if number is not None else marked
 
 
 def _classify(mark: StepEntry, entries: dict[str, StepEntry], saved: list[StepEntry]) -> MarkedCall:

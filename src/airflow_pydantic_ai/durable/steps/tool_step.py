@@ -309,9 +309,11 @@ class ToolStep:
             what_next = self.run.outlook.what_next(
                 "its start is recorded, so a retry does not run it again but does what on_unknown_outcome says"
             )
+        # A call in doubt has no step of its own (no number a command takes) until an answer about it is used.
+        shown = self.label if self.started_mark is not None else self.shown(never_written=True)
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and %s",
-            self.shown(never_written=True),
+            shown,
             time.monotonic() - self.started,
             type(error).__name__,
             what_next,
