@@ -297,10 +297,10 @@ def _table_row(row: dict[str, Any], cache: CacheSummary, *, looped: bool = False
 def cache_show(args: Any) -> None:
     """The steps of one task instance's cache, or one step decoded."""
     with _user_errors():
+        if args.calls and args.step is not None:
+            raise _UserError("--calls lists the at_most_once() calls; --step shows one step: give one of them")
         access = _open(_identity(args))
         if args.calls:
-            if args.step is not None:
-                raise _UserError("--calls lists the at_most_once() calls; --step shows one step: give one of them")
             print(f"Cache at {access.location}", file=sys.stderr)
             calls = access.calls()
             if args.output in ("json", "yaml"):
