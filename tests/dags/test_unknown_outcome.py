@@ -186,7 +186,7 @@ def test_ask_waits_and_an_answer_it_happened_gives_the_model_the_result(
     assert '"customer": "acme"' in body and "sk-live-do-not-show" not in body and "***" in body
     assert "result" in detail["params"]
     options = "It happened / It happened, result unknown / Run it again / Fail the task"
-    assert f"Unknown outcome: waiting for an answer ({options})" in out
+    assert f"Unknown outcome: waiting for an answer about 1 call ({options})" in out
     [asked] = [line for line in out.splitlines() if "a person is asked whether it happened" in line]
     assert "[warning" in asked, "a call cut off mid-run is worth a WARNING, as with rerun"
     assert "alice answered 'it happened' (the Required Actions page)" in out
