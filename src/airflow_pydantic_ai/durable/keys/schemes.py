@@ -7,8 +7,9 @@
 
 Each entry records ``recorded_with`` (:func:`recorded_with`): the pydantic-ai release and the key scheme. An
 attempt keys every step with one scheme: the one its cache was recorded with. A cache written before entries
-said so (0.1.0 to 0.3.0) was recorded under one of the releases of ``releases.py``: the attempt's first model
-step tries each (:func:`candidates`) and keeps the one whose key is in the cache.
+said so (0.1.0 to 0.3.0) was recorded under one of the releases of ``releases.py``, the one whose fields its
+recorded responses have (:func:`release_of_fields`): the attempt's first model step tries that one first, then
+the others (:func:`candidates`), and keeps the first whose key is in the cache.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_pydantic_ai.durable.keys.releases import KNOWN_RELEASES, as_release, installed_release, nearest_known
+from airflow_pydantic_ai.durable.keys.releases import (
+    FIELDS_ADDED,
+    KNOWN_RELEASES,
+    as_release,
+    installed_release,
+    nearest_known,
+)
 
-__all__ = ["LEGACY", "WIRE", "KeyScheme", "candidates", "recorded_release", "recorded_with"]
+__all__ = ["LEGACY", "WIRE", "KeyScheme", "candidates", "recorded_release", "recorded_with", "release_of_fields"]
 
 WIRE = "model-request/v2"
 LEGACY = "model-request/v1"
@@ -64,6 +71,21 @@ def recorded_release(entry_recorded_with: Mapping[str, Any] | None) -> str | Non
     return release if isinstance(release, str) else None
 
 
+def release_of_fields(entry: Any) -> str | None:
+    """The release (a row of ``releases.FIELDS_ADDED``) whose field set the recorded response of model entry
+    ``entry`` has: the response was serialised by the release that recorded it, with every field it had. (The
+    first model request alone cannot tell releases apart when they differ only in the fields of a response.)"""
+    payload = getattr(entry, "payload", None)
+    response = payload.get("response") if isinstance(payload, Mapping) else None
+    if not isinstance(response, Mapping):
+        return None
+    for release in reversed(KNOWN_RELEASES):
+        added = FIELDS_ADDED[release].get("ModelResponse")
+        if added and all(name in response for name in added):
+            return release
+    return KNOWN_RELEASES[0]
+
+
 def candidates(entries: Iterable[Any], *, release_0_1_0: bool = False) -> list[KeyScheme]:
     """The schemes the model steps of ``entries`` may have been keyed with, the likeliest first; the current
     scheme is always one (``release_0_1_0``: the cache was written by release 0.1.0).
@@ -92,8 +114,9 @@ def candidates(entries: Iterable[Any], *, release_0_1_0: bool = False) -> list[K
         if scheme not in schemes:
             schemes.append(scheme)
     if unnamed:
+        seen = [release_of_fields(entry) for entry in steps if entry.recorded_with is None]
         here = nearest_known(installed_release())
-        for release in (here, *sorted(KNOWN_RELEASES, reverse=True)):
+        for release in (*[release for release in seen if release], here, *sorted(KNOWN_RELEASES, reverse=True)):
             scheme = KeyScheme(LEGACY, release, release_0_1_0)
             if scheme not in schemes:
                 schemes.append(scheme)
