@@ -20,7 +20,15 @@ from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__all__ = ["FIELDS_ADDED", "KNOWN_RELEASES", "VALUES_STAMPED", "as_release", "installed_release", "nearest_known"]
+__all__ = [
+    "FIELDS_ADDED",
+    "FILE_RECORD_SINCE",
+    "KNOWN_RELEASES",
+    "VALUES_STAMPED",
+    "as_release",
+    "installed_release",
+    "nearest_known",
+]
 
 _TOOL_UI = {"ui_visibility": None}
 _NATIVE = {"provider_settings": None}
@@ -66,6 +74,11 @@ VALUES_STAMPED: dict[str, dict[str, dict[str, tuple[Any, Any]]]] = {
 """Per release, values it sets on a field the release before left at another: ``(its value, the value before)``
 (2.78 marks the call of an output tool ``tool_kind="output"`` in the conversation; 2.68 left it None)."""
 
+FILE_RECORD_SINCE = "2.68"
+"""From 2.68, a tool result serialises ``content_file_digests`` (a list; empty when its content holds no file) next
+to any content that is not a scalar: a key the serialiser adds, not a field."""
+_FILE_RECORD = "content_file_digests"
+
 KNOWN_RELEASES: tuple[str, ...] = tuple(FIELDS_ADDED)
 
 
@@ -96,6 +109,18 @@ def nearest_known(release: str) -> str:
         if _order(known) <= wanted:
             found = known
     return found
+
+
+def _file_record_as(data: dict[str, Any], here: str, target: str) -> dict[str, Any]:
+    """A tool result's ``content_file_digests`` as ``target`` serialised it (:data:`FILE_RECORD_SINCE`)."""
+    since = _order(FILE_RECORD_SINCE)
+    if _order(target) < since <= _order(here) and _FILE_RECORD in data:
+        return {key: value for key, value in data.items() if key != _FILE_RECORD}
+    if _order(here) < since <= _order(target) and _FILE_RECORD not in data and "tool_call_id" in data:
+        content = data.get("content")
+        if str(data.get("part_kind", "")).endswith("return") and isinstance(content, (dict, list)):
+            return {**data, _FILE_RECORD: []}
+    return data
 
 
 @dataclass(frozen=True)
@@ -132,6 +157,7 @@ def as_release(class_name: str, data: dict[str, Any], target: str, installed: st
     here = nearest_known(installed or installed_release())
     if here == target:
         return data
+    data = _file_record_as(data, here, target)
     change = _changes(here, target).get(class_name)
     if change is None:
         return data

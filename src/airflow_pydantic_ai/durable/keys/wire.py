@@ -49,23 +49,26 @@ LOCAL_PARAMETERS = frozenset({"deferred_capabilities", "deferred_capability_ids"
 LOCAL_MESSAGE_FIELDS = frozenset({"metadata", "duration", "request_timestamp", "state"})
 """Message fields that stay on our side (besides those that change on every attempt, ``message_digests.py``)."""
 
-LOCAL_PART_FIELDS = frozenset({"metadata", "ui_visibility", "tool_kind"})
+LOCAL_PART_FIELDS = frozenset({"metadata", "ui_visibility", "tool_kind", "content_file_digests"})
 """Message part fields that stay on our side (a tool return's ``metadata`` is never sent to the model; a call's
-``tool_kind``, which 2.78 sets to ``output`` on an output tool's call, is pydantic-ai's own bookkeeping)."""
+``tool_kind``, which 2.78 sets to ``output`` on an output tool's call, and the ``content_file_digests`` a tool
+result serialises from 2.68 on, are pydantic-ai's own bookkeeping)."""
 
 _DISCRIMINATORS = frozenset({"kind", "part_kind"})
 """What tells a message or part from another in the serialised form: kept even at its default."""
 
 _NO_DEFAULT = object()
+_EMPTY: tuple[Any, ...] = (None, [], {})
 
 
 @lru_cache(maxsize=256)
-def _defaults(cls: type) -> dict[str, Any]:
+def _defaults(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
     """The default of each field of dataclass ``cls``, as JSON (fields without one, or whose default
-    cannot be serialised, are absent: they always count)."""
+    cannot be serialised, are absent: they always count), and the names of its fields."""
     defaults: dict[str, Any] = {}
     if not dataclasses.is_dataclass(cls):
-        return defaults
+        return defaults, frozenset()
+    names = frozenset(item.name for item in dataclasses.fields(cls))
     for item in dataclasses.fields(cls):
         if item.default is not dataclasses.MISSING:
             value = item.default
@@ -80,17 +83,20 @@ def _defaults(cls: type) -> dict[str, Any]:
             defaults[item.name] = to_jsonable_python(value)
         except Exception:
             continue
-    return defaults
+    return defaults, names
 
 
 def without_defaults(
     cls: type, data: dict[str, Any], local: frozenset[str] = frozenset(), keep: frozenset[str] = _DISCRIMINATORS
 ) -> dict[str, Any]:
     """``data`` (an object of class ``cls`` as JSON) without its ``local`` fields and without the fields at
-    their default value (``keep``: fields kept even then)."""
-    defaults = _defaults(cls)
+    their default value (``keep``: fields kept even then); a key the serialiser adds that is no field (a
+    computed one) counts only when it is not empty."""
+    defaults, names = _defaults(cls)
     return {
         key: value
         for key, value in data.items()
-        if key not in local and (key in keep or defaults.get(key, _NO_DEFAULT) != value)
+        if key not in local
+        and (key in keep or defaults.get(key, _NO_DEFAULT) != value)
+        and (key in names or key in keep or value not in _EMPTY)
     }
