@@ -131,3 +131,25 @@ def test_a_legacy_key_is_computed_with_the_field_set_of_the_recording_release() 
     assert nearest_known("2.70.1") == "2.68"
     assert nearest_known("2.80.0") == "2.78"
     assert TestModel  # the releases are told apart by their field sets, not by the model
+
+
+def test_cache_verify_says_under_which_release_the_recording_was_made(tmp_path: Path) -> None:
+    """``cache verify`` run where the upgrade is installed answers "what would run live after this upgrade":
+    its verdict names the release the recording was made under (the verdict's wording: testing/verify.py)."""
+    from airflow_pydantic_ai.durable import run_agent
+    from airflow_pydantic_ai.testing.verify import _releases
+
+    harness = DurableHarness(str(tmp_path))
+    run, _ = harness.open()
+    with run.ending():
+        run_agent(run, counting_agent({}), "weather")
+    same, _ = harness.open()
+    assert _releases(same) == ""
+
+    older = DurableHarness(str(tmp_path / "older"))
+    run, _ = older.open()
+    run.writer.recorded_with = lambda: {"pydantic_ai": "2.62.0", "keys": WIRE}
+    with run.ending():
+        run_agent(run, counting_agent({}), "weather")
+    upgraded, _ = older.open()
+    assert _releases(upgraded) == f" (recorded under pydantic-ai 2.62.0; installed here: {installed_release()})"
