@@ -102,8 +102,7 @@ def _releases(run: Any) -> str:
     """Issue 34: when the recording was made under another pydantic-ai release than the one installed here (``cache
     verify`` run in the environment of an upgrade), the words that say which, so that the verdict answers "what
     would run live after this upgrade"; empty otherwise."""
-    from airflow_pydantic_ai.durable.keys.releases import installed_release
-    from airflow_pydantic_ai.durable.keys.schemes import recorded_release
+    from airflow_pydantic_ai.durable.read import installed_release, recorded_release
 
     here = installed_release()
     named = {recorded_release(entry.recorded_with) for entry in run.entries.values() if entry.is_step}
