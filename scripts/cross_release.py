@@ -12,6 +12,9 @@ Their models are ``FunctionModel``\\ s that count their calls, as do the tools; 
 model or tool is called again, or any step runs live, and prints the figures either way.
 
     python scripts/cross_release.py record|replay FOLDER
+
+To check that a cache recorded by an earlier release of this provider replays, record with its code first:
+``PYTHONPATH=/path/to/its/src .xrel/pydantic-ai-2.62.0/bin/python scripts/cross_release.py record FOLDER``.
 """
 
 from __future__ import annotations
@@ -29,8 +32,16 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from airflow_pydantic_ai.durable import AttemptOptions, DurableCapability, DurableRun, StepStore, run_agent
-from airflow_pydantic_ai.durable.keys.releases import installed_release
 from airflow_pydantic_ai.durable.storage.identity import TaskIdentity
+
+try:
+    from airflow_pydantic_ai.durable.keys.releases import installed_release
+except ImportError:  # recording with the code of 0.3.0 or earlier (PYTHONPATH=its src): keys of model-request/v1
+    from importlib.metadata import version
+
+    def installed_release() -> str:
+        return version("pydantic-ai-slim")
+
 
 CALLS: Counter[str] = Counter()
 
