@@ -26,6 +26,8 @@ from airflow_pydantic_ai.durable.keys.schemes import LEGACY, WIRE, KeyScheme
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
 _PART_CLASSES = {"tool-call": "ToolCallPart", "text": "TextPart"}
+OTHER = "2.68.0" if installed_release() == "2.62.0" else "2.62.0"
+"""A supported release that is not the one installed here."""
 
 
 def _agent(calls: dict[str, int], description: str = "Look the weather up.") -> Agent[None, str]:
@@ -92,7 +94,7 @@ def test_a_cache_keyed_by_another_release_before_entries_named_it_replays(tmp_pa
 def test_a_miss_under_another_release_names_both_releases(tmp_path: Path) -> None:
     harness = DurableHarness(str(tmp_path))
     run, _ = harness.open()
-    run.writer.recorded_with = lambda: {"pydantic_ai": "2.62.0", "keys": WIRE}
+    run.writer.recorded_with = lambda: {"pydantic_ai": OTHER, "keys": WIRE}
     from airflow_pydantic_ai.durable import run_agent
 
     with run.ending():
@@ -101,7 +103,7 @@ def test_a_miss_under_another_release_names_both_releases(tmp_path: Path) -> Non
     _, _, log = harness.run(_agent({}, description="Look the weather up, in Celsius."), "weather")
 
     [warning] = log.at("warning")
-    assert "recorded as step 1 under pydantic-ai 2.62.0" in warning, warning
+    assert f"recorded as step 1 under pydantic-ai {OTHER}" in warning, warning
     assert f"this worker runs pydantic-ai {installed_release()}, which changed the request it sends" in warning
     assert "(changed: tool definitions (~lookup))" in warning
 
@@ -148,8 +150,8 @@ def test_cache_verify_says_under_which_release_the_recording_was_made(tmp_path: 
 
     older = DurableHarness(str(tmp_path / "older"))
     run, _ = older.open()
-    run.writer.recorded_with = lambda: {"pydantic_ai": "2.62.0", "keys": WIRE}
+    run.writer.recorded_with = lambda: {"pydantic_ai": OTHER, "keys": WIRE}
     with run.ending():
         run_agent(run, counting_agent({}), "weather")
     upgraded, _ = older.open()
-    assert _releases(upgraded) == f" (recorded under pydantic-ai 2.62.0; installed here: {installed_release()})"
+    assert _releases(upgraded) == f" (recorded under pydantic-ai {OTHER}; installed here: {installed_release()})"
