@@ -106,13 +106,10 @@ def _releases(run: Any) -> str:
 
     here = installed_release()
     named = {recorded_release(entry.recorded_with) for entry in run.entries.values() if entry.is_step}
-    unnamed = None in named
     others = sorted(release for release in named - {None, here} if release is not None)
     if others:
         return f" (recorded under pydantic-ai {', '.join(others)}; installed here: {here})"
-    if unnamed:
-        return f" (recorded before entries named their pydantic-ai release; installed here: {here})"
-    return ""
+    return ""  # the same release, or entries written before they named theirs (0.3.0 and earlier)
 
 
 def _clean(run: Any, source: str, ends_at: int | None = None) -> str:
