@@ -6,7 +6,7 @@ DEMO_HOME := $(CURDIR)/.demo/airflow_home
 DEMO_ENV := AIRFLOW_HOME=$(DEMO_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/example_dags \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__UNIT_TEST_MODE=False
 
-.PHONY: install demo test test-unit test-dags test-system lint format bench bench-peer clean docs release-check matrix matrix-oldest matrix-newer-python matrix-list constraints celery-trial
+.PHONY: install demo test test-unit test-dags test-system lint format bench bench-peer clean docs release-check matrix matrix-oldest matrix-newer-python matrix-list constraints celery-trial cross-release
 
 # Version matrix: one session per constraints/airflow-A-pydantic-ai-P.txt, each in its own venv
 # under .matrix/, installed with uv (from PyPI, into .tools/) because it installs a full Airflow
@@ -134,6 +134,12 @@ celery-trial: $(CELERY_VENV)/bin/.installed
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/python -m pip install --quiet uv==$(UV_VERSION)
+
+# Issue 34: record three durable agents under pydantic-ai FROM, replay them under TO; fails when a step runs
+# live. Venvs under .xrel/ (git-ignored). Not part of CI (it installs two releases).
+cross-release: $(UV)
+	@test -n "$(FROM)" && test -n "$(TO)" || { echo "usage: make cross-release FROM=2.68.0 TO=2.78.0"; exit 2; }
+	UV=$(UV) XREL_PYTHON=$(MATRIX_PYTHON) scripts/cross_release.sh $(FROM) $(TO)
 
 matrix-list:
 	@for s in $(MATRIX_SESSIONS); do echo "matrix-$$s"; done

@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 from tests.helpers.cache_fixture import replay_the_fixture
-from tests.helpers.compat import requires_pydantic_ai
 from tests.helpers.durable import RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.durable import CacheReader, StepStore
@@ -20,7 +19,6 @@ def _store(base: Path, log: RecordingLog) -> StepStore:
     return local_store(base, IDENTITY, warn=log.warning)
 
 
-@requires_pydantic_ai("2.68.0", "replaying a cache recorded under pydantic-ai-slim 2.68.0 (its message fields)")
 def test_a_cache_written_before_the_renovation_replays_every_step(tmp_path: Path) -> None:
     log = RecordingLog()
     replay_the_fixture(_store(tmp_path, log), log)

@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 from tests.helpers.cache_fixture import FIXTURE, IDENTITY, replay_the_fixture
-from tests.helpers.compat import requires_pydantic_ai
 from tests.helpers.durable import RecordingLog, local_store
 
 from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore
@@ -20,7 +19,6 @@ def copy_fixture(base: Path) -> None:
 # the messages, and 2.68 added fields to ModelResponse (``canonical_system``, ``model_id``) that 2.62 does not
 # write, so under an older pydantic-ai the replayed response digests differently and the steps after it run
 # live (never a wrong replay). docs/compatibility.rst states the limit.
-@requires_pydantic_ai("2.68.0", "replaying a cache recorded under pydantic-ai-slim 2.68.0 (its message fields)")
 def test_cache_written_by_0_1_0_replays_every_step(tmp_path: Path) -> None:
     copy_fixture(tmp_path)
     log = RecordingLog()

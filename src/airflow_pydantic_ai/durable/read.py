@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from airflow_pydantic_ai.durable.faces import load_name
 
 if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.keys.releases import installed_release
+    from airflow_pydantic_ai.durable.keys.schemes import recorded_release
     from airflow_pydantic_ai.durable.steps.marked_calls import MarkedCall, marked_calls
     from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
@@ -39,6 +41,7 @@ __all__ = [
     "StepInfo",
     "format_usd",
     "id_segment",
+    "installed_release",
     "is_shortened",
     "latest_attempt",
     "list_caches",
@@ -46,6 +49,7 @@ __all__ = [
     "parse_place",
     "plural",
     "read_fixture",
+    "recorded_release",
     "replay_total",
     "write_fixture",
 ]
@@ -63,6 +67,7 @@ _HOMES = {
     "StepInfo": "storage.reader",
     "format_usd": "storage.step_costs",
     "id_segment": "storage.identity",
+    "installed_release": "keys.releases",
     "is_shortened": "storage.identity",
     "latest_attempt": "storage.notes",
     "list_caches": "storage.catalog",
@@ -70,6 +75,7 @@ _HOMES = {
     "parse_place": "storage.identity",
     "plural": "wording",
     "read_fixture": "storage.fixtures",
+    "recorded_release": "keys.schemes",
     "replay_total": "storage.step_costs",
     "write_fixture": "storage.fixtures",
 }

@@ -91,16 +91,30 @@ def verify_task(
 
         miss = find_error(error, ReplayMiss)
         if isinstance(miss, ReplayMiss) and miss.changed:
-            return Verdict(task.task_id, "diverged", f"diverges: {miss}")
+            return Verdict(task.task_id, "diverged", f"diverges{_releases(run)}: {miss}")
         if miss is not None:  # a failed run's cache ends here: its retry would run on live from this step
             return Verdict(task.task_id, "clean", _clean(run, source, ends_at=run.keys.model_steps))
         return Verdict(task.task_id, "error", f"the replay failed: {type(error).__name__}: {error}")
     return Verdict(task.task_id, "clean", _clean(run, source))
 
 
+def _releases(run: Any) -> str:
+    """Issue 34: when the recording was made under another pydantic-ai release than the one installed here (``cache
+    verify`` run in the environment of an upgrade), the words that say which, so that the verdict answers "what
+    would run live after this upgrade"; empty otherwise."""
+    from airflow_pydantic_ai.durable.read import installed_release, recorded_release
+
+    here = installed_release()
+    named = {recorded_release(entry.recorded_with) for entry in run.entries.values() if entry.is_step}
+    others = sorted(release for release in named - {None, here} if release is not None)
+    if others:
+        return f" (recorded under pydantic-ai {', '.join(others)}; installed here: {here})"
+    return ""  # the same release, or entries written before they named theirs (0.3.0 and earlier)
+
+
 def _clean(run: Any, source: str, ends_at: int | None = None) -> str:
     replayed = run.stats.replayed
-    steps = f"{replayed.model} model and {replayed.tool} tool steps from {source}"
+    steps = f"{replayed.model} model and {replayed.tool} tool steps from {source}{_releases(run)}"
     if ends_at is None:
         return f"replays cleanly ({steps})"
     return (

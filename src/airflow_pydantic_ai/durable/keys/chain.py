@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,9 @@ from airflow_pydantic_ai.durable.keys.fingerprint import (
     fingerprint_request,
     fingerprint_tool_call,
 )
+from airflow_pydantic_ai.durable.keys.releases import installed_release, nearest_known
+from airflow_pydantic_ai.durable.keys.schemes import LEGACY, KeyScheme, candidates, recorded_with
+from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 __all__ = [
     "IDEMPOTENCY_KEY_PREFIX",
@@ -57,10 +60,34 @@ _START = "start"
 class Fingerprinter:
     """The fingerprint functions a key chain calls, with the run's message memo.
 
-    A benchmark passes a subclass that times each call; nothing else needs to.
+    A benchmark passes a subclass that times each call; nothing else needs to. It also holds the attempt's key
+    scheme (``schemes.py``): the one its cache was recorded with, or, for a cache written before entries named
+    theirs, the ones to try at the first model step (:attr:`candidates`).
     """
 
     digests: MessageDigests = field(default_factory=MessageDigests)
+    candidates: list[KeyScheme] = field(default_factory=list)
+    """Schemes to try at the attempt's first model step (empty: :attr:`scheme` is decided)."""
+    known: Collection[str] = ()
+    """The names of the entries the attempt may replay (what a candidate's key is looked for in)."""
+    release_0_1_0: bool = False
+    """The cache was written by release 0.1.0: its legacy keys keep response timestamps."""
+
+    @property
+    def scheme(self) -> KeyScheme:
+        return self.digests.scheme
+
+    def use(self, scheme: KeyScheme) -> None:
+        """Key with ``scheme`` from now on (a fresh message memo: digests differ between schemes)."""
+        if scheme != self.digests.scheme:
+            self.digests = MessageDigests(scheme=scheme)
+
+    def expect(self, entries: Mapping[str, StepEntry]) -> None:
+        """The attempt may replay ``entries``: key as they were keyed (or try each scheme they may have been)."""
+        schemes = candidates(entries.values(), release_0_1_0=self.release_0_1_0)
+        self.use(schemes[0])
+        self.candidates = schemes if len(schemes) > 1 else []
+        self.known = entries
 
     def request(self, **request: Any) -> RequestFingerprint:
         return fingerprint_request(memo=self.digests, **request)
@@ -86,6 +113,10 @@ class ModelKey:
     """Keys of earlier tries of this step in this attempt that raised (a fallback chain)."""
     failure: str | None = None
     """Why the request could not be fingerprinted, when that happened at this step."""
+    compared: dict[str, Any] | None = None
+    """The components to compare with the recorded step's, when they were keyed with another scheme than this
+    attempt's (a cache written before entries named their scheme, none of whose keys matched): the components
+    of the request in that scheme, so that the warning names what changed and not every component."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +142,12 @@ class KeyChain:
 
     def use_release_0_1_0_keys(self) -> None:
         """Key model steps as release 0.1.0 did (its caches keep response timestamps in the digest)."""
-        self.fingerprinter.digests = MessageDigests(keep_response_timestamps=True)
+        self.fingerprinter.release_0_1_0 = True
+        self.fingerprinter.use(KeyScheme(LEGACY, nearest_known(installed_release()), keep_response_timestamps=True))
+
+    def recorded_with(self) -> dict[str, str]:
+        """What an entry recorded now in this attempt says recorded it: the pydantic-ai release and key scheme."""
+        return recorded_with(self.fingerprinter.scheme)
 
     # --- model steps ---------------------------------------------------------------------------
 
@@ -125,14 +161,19 @@ class KeyChain:
         failed, self._failed_request = self._failed_request, None
         if self.failed_closed:
             return ModelKey(number=number, label=label, key=None)
+        compared: dict[str, Any] | None = None
         try:
             prepared_settings, prepared_parameters = model.prepare_request(settings, parameters)
-            fingerprint = self.fingerprinter.request(
-                model_identity=label,
-                messages=messages,
-                settings=prepared_settings,
-                parameters=prepared_parameters,
-            )
+            request = {
+                "model_identity": label,
+                "messages": messages,
+                "settings": prepared_settings,
+                "parameters": prepared_parameters,
+            }
+            if self.fingerprinter.candidates:
+                fingerprint, compared = self._choose_scheme(request)
+            else:
+                fingerprint = self.fingerprinter.request(**request)
         except FingerprintError as error:
             self.failed_closed = True
             return ModelKey(number=number, label=label, key=None, failure=str(error))
@@ -156,7 +197,30 @@ class KeyChain:
             conversation=conversation,
             lineage=lineage,
             aliases=aliases,
+            compared=compared,
         )
+
+    def _choose_scheme(self, request: dict[str, Any]) -> tuple[RequestFingerprint, dict[str, Any] | None]:
+        """The first model step of an attempt whose cache may have been keyed with several schemes: the first
+        candidate whose key is in the cache is the attempt's scheme. When none is, the request is keyed with
+        the current scheme (always a candidate), compared with the recording in the likeliest one."""
+        fingerprinter = self.fingerprinter
+        tried: list[tuple[KeyScheme, MessageDigests, RequestFingerprint]] = []
+        try:
+            for scheme in fingerprinter.candidates:
+                fingerprinter.use(scheme)
+                fingerprint = fingerprinter.request(**request)
+                occurrence = self._occurrences[fingerprint.digest]
+                key = digest(_MODEL_KEY, fingerprint.digest, str(occurrence), self.lineage)
+                if entry_name("model", key) in fingerprinter.known:
+                    return fingerprint, None
+                tried.append((scheme, fingerprinter.digests, fingerprint))
+        finally:
+            fingerprinter.candidates = []
+        current = next(index for index, (scheme, _, _) in enumerate(tried) if scheme.is_wire)
+        _, memo, fingerprint = tried.pop(current)
+        fingerprinter.digests = memo
+        return fingerprint, tried[0][2].components if tried else None
 
     def model_request_failed(self, step: ModelKey) -> None:
         """The request was sent and raised: if the same conversation is asked next (a fallback), it is this step."""

@@ -13,9 +13,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_pydantic_ai.durable.keys.fingerprint import changed_components
+from airflow_pydantic_ai.durable.keys.releases import installed_release
+from airflow_pydantic_ai.durable.keys.schemes import recorded_release
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
-__all__ = ["Divergence"]
+__all__ = ["Divergence", "another_release"]
+
+
+def another_release(recorded: StepEntry) -> str:
+    """When ``recorded`` was recorded under another pydantic-ai release than the one running: the words that say
+    so (issue 34: the same agent under another pydantic-ai; the request it builds changed, not the user's
+    prompt). Empty when the release is the same, or the entry does not name one (written before 0.4.0)."""
+    then, now = recorded_release(recorded.recorded_with), installed_release()
+    if then is None or then == now:
+        return ""
+    return f" under pydantic-ai {then}; this worker runs pydantic-ai {now}, which changed the request it sends"
 
 
 @dataclass
@@ -75,10 +87,17 @@ class Divergence:
         named = shown() if shown is not None else f"model request {number}"
         # Named by its listing number (issue 28): where the new request is listed is not where the old one is.
         where = f" as step {listed_as(recorded)}" if listed_as is not None else ""
-        warning = (
-            f"Durable: {named} differs from what attempt {recorded.attempt} recorded{where}; "
-            f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
-        )
+        upgrade = another_release(recorded)
+        if upgrade:
+            warning = (
+                f"Durable: {named} differs from what attempt {recorded.attempt} recorded{where}{upgrade} "
+                f"(changed: {', '.join(changes)}). It runs live, and so does every step after it."
+            )
+        else:
+            warning = (
+                f"Durable: {named} differs from what attempt {recorded.attempt} recorded{where}; "
+                f"changed: {', '.join(changes)}. It runs live, and so does every step after it."
+            )
         self.changes.append(warning)
         self.changed_components.extend(name for name in changes if name not in self.changed_components)
         return warning

@@ -26,6 +26,8 @@ from pydantic_ai.messages import ModelMessage
 
 from airflow_pydantic_ai.durable.keys.canonical import FingerprintError, canonical_json, digest, jsonable, strip
 from airflow_pydantic_ai.durable.keys.message_digests import MessageDigests
+from airflow_pydantic_ai.durable.keys.schemes import KeyScheme
+from airflow_pydantic_ai.durable.keys.wire import LOCAL_PARAMETERS, LOCAL_TOOL_FIELDS, without_defaults
 
 __all__ = [
     "COMPONENT_LABELS",
@@ -42,8 +44,8 @@ __all__ = [
 
 TRANSPORT_SETTINGS = frozenset({"timeout", "request_timeout", "first_event_timeout", "max_retries", "extra_headers"})
 """Model settings that change how a request travels, not what it asks: never part of a fingerprint."""
-# Tool definition fields that stay on our side: the provider never sees them.
-_LOCAL_TOOL_FIELDS = frozenset({"metadata", "timeout", "toolset_id", "capability_id"})
+# Tool definition fields key scheme v1 left out (v2 leaves out every field no provider receives: wire.py).
+_LEGACY_LOCAL_TOOL_FIELDS = frozenset({"metadata", "timeout", "toolset_id", "capability_id"})
 _OUTPUT_PARAMS = (
     "output_mode",
     "output_object",
@@ -84,13 +86,6 @@ def _settings_json(settings: Mapping[str, Any] | None) -> Any:
     return jsonable({key: value for key, value in settings.items() if key not in TRANSPORT_SETTINGS})
 
 
-def _tool_json(tool: Any) -> Any:
-    data = jsonable(tool)
-    if isinstance(data, dict):
-        return strip(data, _LOCAL_TOOL_FIELDS)
-    return data
-
-
 def _parameter_fields(parameters: Any) -> dict[str, Any]:
     if not dataclasses.is_dataclass(parameters):
         raise FingerprintError(f"unexpected request parameters type {type(parameters).__name__}")
@@ -101,6 +96,64 @@ def _parameter_fields(parameters: Any) -> dict[str, Any]:
     }
 
 
+def _tool_form(tool: Any, scheme: KeyScheme) -> Any:
+    """A tool definition as the key covers it: what a provider receives of it (v2), or all its fields (v1)."""
+    data = jsonable(tool)
+    if not isinstance(data, dict):
+        return data
+    if scheme.is_wire:
+        return without_defaults(type(tool), data, LOCAL_TOOL_FIELDS, keep=frozenset({"name"}))
+    return strip(scheme.as_recorded("ToolDefinition", data), _LEGACY_LOCAL_TOOL_FIELDS)
+
+
+def _wire_parameters(parameters: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """The request parameters without local fields, fields at their default, and the visibilities that say what
+    a field's absence says (every tool visible, every instruction in the prefix)."""
+    data = {name: jsonable(value) for name, value in fields.items() if name not in LOCAL_PARAMETERS}
+    for name, usual in (("tool_visibility", "visible"), ("instruction_visibility", "prefix")):
+        if isinstance(data.get(name), dict):
+            data[name] = {key: value for key, value in data[name].items() if value != usual} or None
+    if isinstance(data.get("instruction_parts"), list):
+        # An instruction part's id as it renders (``agent:name``), not the dataclass it is made of.
+        data["instruction_parts"] = [
+            without_defaults(type(part), {**item, "id": None if part.id is None else str(part.id)})
+            if isinstance(item, dict)
+            else item
+            for part, item in zip(fields["instruction_parts"], data["instruction_parts"], strict=True)
+        ]
+    if isinstance(data.get("output_object"), dict):
+        data["output_object"] = without_defaults(type(fields["output_object"]), data["output_object"])
+    return without_defaults(type(parameters), data)
+
+
+def _legacy_parameters(scheme: KeyScheme, fields: dict[str, Any]) -> dict[str, Any]:
+    """The request parameters as the release that recorded a ``model-request/v1`` key serialised them: the
+    parameters' own fields, and those of the objects they hold whose field sets changed (native tools, the
+    sources of instruction parts)."""
+    data = {name: jsonable(value) for name, value in scheme.as_recorded("ModelRequestParameters", fields).items()}
+    native = fields.get("native_tools")
+    if isinstance(native, list) and isinstance(data.get("native_tools"), list):
+        data["native_tools"] = [
+            scheme.as_recorded(type(tool).__name__, item) if isinstance(item, dict) else item
+            for tool, item in zip(native, data["native_tools"], strict=True)
+        ]
+    parts = fields.get("instruction_parts")
+    if isinstance(parts, list) and isinstance(data.get("instruction_parts"), list):
+        adapted = []
+        for part, item in zip(parts, data["instruction_parts"], strict=True):
+            if isinstance(item, dict):
+                item = scheme.as_recorded("InstructionPart", item)
+                source = getattr(getattr(part, "id", None), "source", None)
+                if isinstance(item.get("id"), dict) and isinstance(item["id"].get("source"), dict):
+                    item["id"] = {
+                        **item["id"],
+                        "source": scheme.as_recorded(type(source).__name__, item["id"]["source"]),
+                    }
+            adapted.append(item)
+        data["instruction_parts"] = adapted
+    return data
+
+
 def fingerprint_request(
     *,
     model_identity: str,
@@ -109,25 +162,32 @@ def fingerprint_request(
     parameters: Any,
     memo: MessageDigests,
 ) -> RequestFingerprint:
-    """Fingerprint a model request as the provider will see it.
+    """Fingerprint a model request as the provider will see it, in the key scheme of ``memo``.
 
     ``settings`` and ``parameters`` should be what ``model.prepare_request(...)`` returned, so that
     the model's own settings and its customisation of the parameters are covered.
     Raises :class:`FingerprintError` when any part cannot be reduced to canonical JSON.
     """
+    scheme = memo.scheme
     chain = memo.chain(messages)
     fields = _parameter_fields(parameters)
+    function_tools = fields.pop("function_tools", []) or []
+    output_tools = fields.pop("output_tools", []) or []
     tools = {
-        str(getattr(tool, "name", index)): digest(canonical_json(_tool_json(tool)))
-        for index, tool in enumerate(fields.pop("function_tools", []) or [])
+        str(getattr(tool, "name", index)): digest(canonical_json(_tool_form(tool, scheme)))
+        for index, tool in enumerate(function_tools)
     }
-    output = {name: jsonable(fields.pop(name, None)) for name in _OUTPUT_PARAMS}
-    if isinstance(output.get("output_tools"), list):
-        output["output_tools"] = [
-            strip(tool, _LOCAL_TOOL_FIELDS) if isinstance(tool, dict) else tool for tool in output["output_tools"]
-        ]
-    instruction_params = {name: jsonable(fields.pop(name, None)) for name in _INSTRUCTION_PARAMS}
-    other = jsonable(fields)
+    if scheme.is_wire:
+        data = _wire_parameters(parameters, fields)
+        output = {name: data.pop(name, None) for name in _OUTPUT_PARAMS if name != "output_tools"}
+        instruction_params = {name: data.pop(name, None) for name in _INSTRUCTION_PARAMS}
+        other = data
+    else:
+        data = _legacy_parameters(scheme, fields)
+        output = {name: data.pop(name, None) for name in _OUTPUT_PARAMS if name != "output_tools"}
+        instruction_params = {name: data.pop(name, None) for name in _INSTRUCTION_PARAMS}
+        other = data
+    output["output_tools"] = [_tool_form(tool, scheme) for tool in output_tools]
     components: dict[str, Any] = {
         "model": digest(model_identity),
         "instructions": digest(chain.system, chain.run_instructions, canonical_json(instruction_params)),
@@ -140,7 +200,7 @@ def fingerprint_request(
         "message_count": len(messages),
     }
     overall = digest(
-        "model-request/v1",
+        scheme.name,
         model_identity,
         chain.full,
         canonical_json({key: value for key, value in components.items() if key != "message_count"}),

@@ -16,6 +16,8 @@ from pydantic import TypeAdapter
 from pydantic_ai.messages import ModelMessage, ModelRequest, SystemPromptPart, UserPromptPart
 
 from airflow_pydantic_ai.durable.keys.canonical import FingerprintError, canonical_json, digest, strip
+from airflow_pydantic_ai.durable.keys.schemes import KeyScheme
+from airflow_pydantic_ai.durable.keys.wire import LOCAL_MESSAGE_FIELDS, LOCAL_PART_FIELDS, without_defaults
 
 __all__ = ["Chain", "MessageDigests"]
 
@@ -69,17 +71,33 @@ class _MessageDigest:
         return digest(self.user_prompt, self.other)
 
 
-def _digest_message(message: ModelMessage, *, keep_response_timestamps: bool = False) -> _MessageDigest:
+def _digest_message(
+    message: ModelMessage, *, scheme: KeyScheme, keep_response_timestamps: bool = False
+) -> _MessageDigest:
     try:
         data = _MESSAGE_ADAPTER.dump_python(message, mode="json")
     except Exception as error:
         raise FingerprintError(f"cannot serialize a {type(message).__name__}: {error}") from error
     run_id = data.get("run_id")
+    wire = scheme.is_wire
+    if scheme.release is not None:  # a legacy key: the fields as the recording release serialised them
+        data = scheme.as_recorded(type(message).__name__, data)
+        data["parts"] = [
+            scheme.as_recorded(type(original).__name__, part)
+            for original, part in zip(message.parts, data.get("parts", []), strict=True)
+        ]
     data = strip(data, _VOLATILE_MESSAGE_FIELDS)
     details = data.get("provider_details")
     if isinstance(details, dict) and not keep_response_timestamps and _VOLATILE_PROVIDER_DETAILS & details.keys():
-        data["provider_details"] = strip(details, _VOLATILE_PROVIDER_DETAILS)
-    parts = [strip(part, _VOLATILE_PART_FIELDS) for part in data.get("parts", [])]
+        data["provider_details"] = strip(details, _VOLATILE_PROVIDER_DETAILS) or (None if wire else {})
+    if wire:
+        data = without_defaults(type(message), data, LOCAL_MESSAGE_FIELDS)
+        parts = [
+            without_defaults(type(original), strip(part, _VOLATILE_PART_FIELDS), LOCAL_PART_FIELDS)
+            for original, part in zip(message.parts, data.get("parts", []), strict=True)
+        ]
+    else:
+        parts = [strip(part, _VOLATILE_PART_FIELDS) for part in data.get("parts", [])]
     data["parts"] = parts
     system: list[Any] = []
     user_prompt: list[Any] = []
@@ -160,6 +178,8 @@ class MessageDigests:
 
     keep_response_timestamps: bool = False
     """Digest a response's ``provider_details['timestamp']`` too, as release 0.1.0 did (to replay its caches)."""
+    scheme: KeyScheme = field(default_factory=KeyScheme)
+    """The key scheme the digests are computed in (``schemes.py``)."""
     _by_id: dict[int, tuple[ModelMessage, Any, _MessageDigest]] = field(default_factory=dict)
     _prefix: list[ModelMessage] = field(default_factory=list)
     _prefix_parts: list[Any] = field(default_factory=list)
@@ -169,7 +189,11 @@ class MessageDigests:
         known = self._by_id.get(id(message))
         if known is not None and known[0] is message and known[1] is message.parts:
             return known[2]
-        computed = _digest_message(message, keep_response_timestamps=self.keep_response_timestamps)
+        computed = _digest_message(
+            message,
+            scheme=self.scheme,
+            keep_response_timestamps=self.keep_response_timestamps or self.scheme.keep_response_timestamps,
+        )
         self._by_id[id(message)] = (message, message.parts, computed)
         return computed
 

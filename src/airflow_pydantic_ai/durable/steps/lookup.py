@@ -65,7 +65,9 @@ def model_step(
         return step
     entry = run.entries.get(step.entry_name)
     if entry is None:
-        warning = run.divergence.explain_miss(place.number, place.components, step.shown, run.step_number)
+        warning = run.divergence.explain_miss(
+            place.number, place.compared or place.components, step.shown, run.step_number
+        )
         if warning is not None:
             run.log.warning("%s", warning)
     elif step.load(entry):

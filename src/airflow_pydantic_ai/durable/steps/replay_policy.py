@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_pydantic_ai.durable.errors import ReplayMiss
+from airflow_pydantic_ai.durable.keys.divergence import another_release
 from airflow_pydantic_ai.durable.keys.fingerprint import changed_components
 from airflow_pydantic_ai.durable.keys.request_text import TEXT_LABELS, TEXTS_COMPONENT, request_texts, text_diff
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
@@ -113,10 +114,14 @@ class ReplayPolicy:
                 f"step {place.number}: the recording ends before this step. {_FIX}",
                 changed=False,
             )
-        changes = changed_components(at_step.components, place.components) or [
+        changes = changed_components(at_step.components, place.compared or place.components) or [
             "an earlier step (same request, different history)"
         ]
-        lines = [f"{head} does not match {self.source}; changed: {', '.join(changes)}. {_FIX}"]
+        upgrade = another_release(at_step)
+        if upgrade:
+            lines = [f"{head} does not match {self.source}, recorded{upgrade} (changed: {', '.join(changes)}). {_FIX}"]
+        else:
+            lines = [f"{head} does not match {self.source}; changed: {', '.join(changes)}. {_FIX}"]
         current = request_texts(messages, self.mask)
         before = _texts_until(recorded, place.number)
         for name in TEXT_LABELS:

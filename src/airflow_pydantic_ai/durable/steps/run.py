@@ -143,6 +143,9 @@ class DurableRun:
         load_cache(run, options.probe, options.belongs)
         if options.recording is not None:
             run._replay_also(options.recording)
+        # Key as the entries were keyed (keys/schemes.py); what this attempt records says so.
+        run.keys.fingerprinter.expect(run.entries)
+        writer.recorded_with = run.keys.recorded_with
         return run
 
     def _replay_also(self, recording: Recording) -> None:

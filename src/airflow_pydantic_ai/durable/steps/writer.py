@@ -12,6 +12,7 @@ fails the attempt under ``warn``; every step that ran and is not stored is count
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import sys
 import time
@@ -122,6 +123,8 @@ class StepWriter:
     numbers: StepNumbers = field(default_factory=StepNumbers, repr=False)
     """What the cache holds as this attempt knows it (what it loaded, then what it stored), numbered as the view
     and ``cache show`` number it: the step numbers of the log (``numbering.py``)."""
+    recorded_with: Callable[[], dict[str, str]] | None = field(default=None, repr=False)
+    """What an entry written now says recorded it (the attempt's key chain knows: ``KeyChain.recorded_with``)."""
 
     # --- at the start ----------------------------------------------------------------------------
 
@@ -168,10 +171,13 @@ class StepWriter:
         self.not_persisted += 1
 
     def persist(self, entry: StepEntry, what: str, *, on_secret: str | None = None) -> bool:
-        """Store ``entry``; False when it was not stored (the log says why)."""
+        """Store ``entry``; False when it was not stored (the log says why). An entry that does not say what
+        recorded it is stamped with :attr:`recorded_with` (the release and key scheme of this attempt)."""
         # Text already over the limit is neither scanned nor encoded (a large result's copies cost the memory).
         if self.max_entry_bytes is not None and self._too_large(what, sum(map(len, iter_text(entry.payload)))):
             return False
+        if entry.recorded_with is None and self.recorded_with is not None:
+            entry = dataclasses.replace(entry, recorded_with=self.recorded_with())
         if self.contains_secret(entry.payload):
             self.not_persisted += 1
             self.problem = "it contains a value registered as secret"

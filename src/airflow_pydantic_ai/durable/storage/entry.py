@@ -218,6 +218,9 @@ class StepEntry:
     step of the enclosing run that asked for that step), ``agent`` (its name) and ``depth``. Absent (None) in
     entries of the first run and in every entry written by release 0.2.0 or earlier, so those are stored as they
     always were."""
+    recorded_with: dict[str, Any] | None = None
+    """What recorded the entry: ``pydantic_ai`` (the release) and ``keys`` (the key scheme, ``keys/schemes.py``).
+    None in entries written by release 0.2.0 or earlier (their scheme is found by trying, ``KeyScheme`` candidates)."""
 
     @property
     def scope_id(self) -> tuple[str, int] | None:
@@ -269,6 +272,8 @@ class StepEntry:
         }
         if self.scope is not None:
             body["scope"] = self.scope
+        if self.recorded_with is not None:
+            body["recorded_with"] = self.recorded_with
         # Two serialisations: the checksum is taken over the keys in sorted order, but the stored form keeps
         # the payload's own order (a replayed dict, or a model rebuilt from it, must keep its key order).
         body["checksum"] = _checksum(body)
@@ -344,6 +349,7 @@ class StepEntry:
                 role=body.get("role"),
                 recorded_at=None if body.get("recorded_at") is None else float(body["recorded_at"]),
                 scope=None if body.get("scope") is None else dict(body["scope"]),
+                recorded_with=None if body.get("recorded_with") is None else dict(body["recorded_with"]),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptEntry(f"a field is missing or malformed: {error}") from None

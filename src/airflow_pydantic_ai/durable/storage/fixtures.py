@@ -31,7 +31,26 @@ __all__ = ["FIXTURE_FORMAT", "Fixture", "FixtureError", "fixture_path", "read_fi
 
 FIXTURE_FORMAT = "airflow-pydantic-ai/fixture"
 FIXTURE_VERSION = 1
-_STEP_FIELDS = ("kind", "key", "step", "attempt", "label", "role", "call_id", "scope", "usage", "components", "payload")
+_STEP_FIELDS = (
+    "kind",
+    "key",
+    "step",
+    "attempt",
+    "label",
+    "role",
+    "call_id",
+    "scope",
+    "recorded_with",
+    "usage",
+    "components",
+    "payload",
+)
+_OPTIONAL_FIELDS = ("scope", "recorded_with")
+"""Written only when set, so that a fixture recorded without them stays as it was."""
+
+
+def _written(entry: StepEntry, name: str) -> bool:
+    return name not in _OPTIONAL_FIELDS or bool(getattr(entry, name))
 
 
 @dataclass(frozen=True)
@@ -74,7 +93,14 @@ def write_fixture(
 ) -> Path:
     """Write ``entries`` (in recorded order) as the fixture of ``identity``'s task; returns the file."""
     steps = [
-        _masked({name: getattr(entry, name) for name in _STEP_FIELDS if name != "scope" or entry.scope}, mask)
+        _masked(
+            {
+                name: getattr(entry, name)
+                for name in _STEP_FIELDS
+                if name not in _OPTIONAL_FIELDS or getattr(entry, name)
+            },
+            mask,
+        )
         for entry in entries
         if entry.is_step
     ]
@@ -133,6 +159,7 @@ def read_fixture(folder: str | os.PathLike[str], dag_id: str, task_id: str, map_
                 role=step.get("role"),
                 call_id=step.get("call_id"),
                 scope=None if step.get("scope") is None else dict(step["scope"]),
+                recorded_with=None if step.get("recorded_with") is None else dict(step["recorded_with"]),
                 usage=dict(step.get("usage") or {}),
                 components=dict(step.get("components") or {}),
                 payload=dict(step["payload"]),
