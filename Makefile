@@ -13,7 +13,7 @@ DEMO_ENV := AIRFLOW_HOME=$(DEMO_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/examp
 # in seconds where pip takes minutes. `make matrix-list` names the sessions.
 # 3.4.0b2 is a pre-release (the newest until 3.4.0 ships; then replace it by the release).
 MATRIX_AIRFLOW := 3.1.8 3.2.2 3.3.2 3.4.0b2
-MATRIX_PYDANTIC_AI := 2.62.0 2.68.0
+MATRIX_PYDANTIC_AI := 2.62.0 2.68.0 2.78.0
 MATRIX_SESSIONS := $(foreach a,$(MATRIX_AIRFLOW),$(foreach p,$(MATRIX_PYDANTIC_AI),airflow-$(basename $(a))-pydantic-ai-$(basename $(p))))
 MATRIX_OLDEST := airflow-$(basename $(firstword $(MATRIX_AIRFLOW)))-pydantic-ai-$(basename $(firstword $(MATRIX_PYDANTIC_AI)))
 # The interpreter of every session: a name on PATH or a path (uv never downloads one here). Each

@@ -105,6 +105,16 @@ class AgentOperator(BaseOperator):
     template_fields_renderers: ClassVar[dict[str, str]] = {"prompt": "md", "system_prompt": "md"}
     ui_color = "#e8d5f5"
     _modes: ModeSettings
+    _SHARED_WHEN_COPIED: ClassVar[tuple[str, ...]] = (
+        "agent",
+        "deps",
+        "toolsets",
+        "output_type",
+        "event_stream_handler",
+    )
+    """What every copy of the task shares with the original (Airflow deep-copies a task for a subset, a clear,
+    a test run): a ready agent holds a ``ContextVar`` and locks that cannot be copied, and deps, toolsets and
+    handlers are the user's live objects (a connection pool, an MCP client), not values."""
 
     def __init__(
         self,
@@ -181,6 +191,15 @@ class AgentOperator(BaseOperator):
         self.durable_fixtures = durable_fixtures
         self.durable_live_tools = tuple(durable_live_tools)
         self.durable_keep_cache = durable_keep_cache
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AgentOperator:
+        # An object already in the memo is "copied" as itself: the rest of the task is copied as Airflow does.
+        for name in self._SHARED_WHEN_COPIED:
+            value = self.__dict__.get(name)
+            if value is not None:
+                memo.setdefault(id(value), value)
+        copied: AgentOperator = super().__deepcopy__(memo)
+        return copied
 
     def _model(self) -> Any:
         """The model to run with: from the connection, the model id, or None for the agent's own."""

@@ -2,8 +2,8 @@
 
 A tool marked live in pydantic-ai's own tool metadata (``metadata={TOOL_CONFIG_KEY: False}``, what
 :func:`live_tool` returns: the per-tool durable configuration pydantic-ai's engines read, where
-``False`` means "not a durable unit") runs on every try and is never recorded; the steps after it
-replay as long as its result does not change what the model is sent.
+``False`` means "not a durable unit"), or with pydantic-ai's own ``Tool(durable=False)`` (2.78), runs on
+every try and is never recorded; the steps after it replay as long as its result does not change what the model is sent.
 """
 
 from __future__ import annotations
@@ -57,8 +57,13 @@ def _config(tool: ToolsetTool[Any]) -> Any:
 
 
 def is_live_tool(tool: ToolsetTool[Any]) -> bool:
-    """Whether the tool's metadata opts it out of replay (``{TOOL_CONFIG_KEY: False}``)."""
-    return _config(tool) is False
+    """Whether the tool opts out of replay: its metadata says so (``{TOOL_CONFIG_KEY: False}``, :func:`live_tool`),
+    or pydantic-ai's own per-tool opt-out does (``Tool(durable=False)``, pydantic-ai 2.78; the field does not
+    exist before). As pydantic-ai's engines do, this engine's metadata key wins when it is set on the tool."""
+    config = _config(tool)
+    if config is not None:
+        return config is False
+    return getattr(tool.tool_def, "durable", None) is False
 
 
 def is_at_most_once(tool: ToolsetTool[Any]) -> bool:
