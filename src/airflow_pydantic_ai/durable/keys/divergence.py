@@ -23,7 +23,7 @@ __all__ = ["Divergence", "another_release"]
 def another_release(recorded: StepEntry) -> str:
     """When ``recorded`` was recorded under another pydantic-ai release than the one running: the words that say
     so (issue 34: the same agent under another pydantic-ai; the request it builds changed, not the user's
-    prompt). Empty when the release is the same, or the entry does not name one (written by release 0.2.0 or earlier)."""
+    prompt). Empty when the release is the same, or the entry does not name one (0.2.0 or earlier)."""
     then, now = recorded_release(recorded.recorded_with), installed_release()
     if then is None or then == now:
         return ""
