@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
-from packaging.version import Version
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -319,12 +317,6 @@ def test_a_delegates_own_deferred_call_error_is_not_taken_for_the_agents(tmp_pat
     assert type(raised.value) is UserError
 
 
-@pytest.mark.xfail(
-    Version(version("pydantic-ai-slim")) >= Version("2.69"),
-    reason="issue 34: the step keys digest 2.78's ModelResponse.duration/request_timestamp (durable/keys/, rewritten "
-    "by the key-scheme work); strict: remove this mark when that lands",
-    strict=True,
-)
 def test_a_decision_applies_when_the_model_step_before_it_ran_live_again(tmp_path: Path) -> None:
     """A response holding a registered secret is never cached, so the resumed run asks the model again: the same
     call must find the person's decision (pydantic-ai 2.78 stamps each response with its ``duration`` and
