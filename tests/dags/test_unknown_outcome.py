@@ -214,6 +214,34 @@ def test_it_happened_needs_a_result_or_the_choice_result_unknown_which_the_model
     assert "**It happened, result unknown**" in responder.details[0]["body"]
 
 
+@PARKS
+def test_ask_about_a_call_whose_start_mark_cannot_be_verified(
+    api: HitlApi, capfd: pytest.CaptureFixture[str], cache_base: Path
+) -> None:
+    # Issue 35 item 1: before try 2, a byte of the start mark flips (in the pack try 1 left); the call is still in
+    # doubt, the person is asked, and the answer is applied.
+    def flip_a_byte_of_the_mark(context: Any) -> None:
+        if current_try() != 2:
+            return
+        [pack] = cache_base.rglob("pack-*.pack")
+        data = bytearray(pack.read_bytes())
+        mark = data.index(b'"started-', data.index(b'"entries":'))
+        data[data.index(b"charge_card", mark)] = ord("C")  # the same damage if the resumed try flips it again
+        pack.write_bytes(bytes(data))
+
+    dag = charge_dag("unknown_ask_unverified", pre_execute=flip_a_byte_of_the_mark)
+    answer = choose("It happened, result unknown", user="alice")
+    with Responder(api, "unknown_ask_unverified", "charge", [answer]) as responder:
+        dr = run_dag(dag)
+    state = dr.state
+    out = capfd.readouterr().out
+    assert state == "success", out[-5000:]
+    assert CHARGES == [1]
+    assert [json.dumps(NO_RESULT)] == MODEL_SAW
+    assert "in an earlier try (its start mark cannot be verified" in responder.details[0]["body"]
+    assert "alice answered 'it happened, result unknown' (the Required Actions page)" in out
+
+
 def test_cache_resolve_happened_needs_a_result_or_no_result(capfd: pytest.CaptureFixture[str]) -> None:
     from airflow_pydantic_ai.cli.resolve_command import cache_resolve
 
