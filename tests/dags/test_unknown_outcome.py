@@ -150,7 +150,7 @@ def test_ask_waits_and_an_answer_it_happened_gives_the_model_the_result(
     assert "`charge_card`" in body and "call id `charge-1`" in body and "in try 1 at " in body and " UTC" in body
     assert '"customer": "acme"' in body and "sk-live-do-not-show" not in body and "***" in body
     assert "result" in detail["params"]
-    assert "Unknown outcome: waiting for an answer (It happened / Run it again / Fail the task)" in out
+    assert "Unknown outcome: waiting for an answer about 1 call (It happened / Run it again / Fail the task)" in out
     [asked] = [line for line in out.splitlines() if "a person is asked whether it happened" in line]
     assert "[warning" in asked, "a call cut off mid-run is worth a WARNING, as with rerun"
     assert "alice answered 'it happened' (the Required Actions page)" in out
