@@ -7,6 +7,9 @@ In headless Chromium (Debian's ``chromium``, driven by playwright) a person open
 sees one question about both calls ("2 calls wait for an answer"), sets each call's outcome to ``happened`` with a
 receipt, and chooses "Answer per call". The task then succeeds without charging either card again.
 
+A second run checks what ``docs/cli.rst`` says about clearing a run triggered without a logical date:
+``airflow tasks clear`` clears nothing of it, ``clearTaskInstances`` with its ``dag_run_id`` runs its next try.
+
 Skipped, with the reason, when Chromium or playwright is missing (``.ci/run`` installs both); slow (about two
 minutes): deselect with ``-m "not scheduler"``.
 """

@@ -176,6 +176,7 @@ def test_cache_show_calls_fits_a_terminal_with_each_command_on_a_line_of_its_own
     assert "send_invoice" in out and "arguments" not in header
 
 
+@pytest.mark.usefixtures("three_calls")  # a cache to open first: the test does not lean on the one before it
 def test_calls_and_step_together_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match="error: --calls lists the at_most_once"):
         _show(capsys, calls=True, step=1)
