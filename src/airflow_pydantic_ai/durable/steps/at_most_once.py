@@ -148,7 +148,7 @@ class Resolution:
     """How it was answered: ``the Required Actions page``, ``airflow pydantic-ai cache resolve``..."""
     answered_at: float | None = None
     no_result: bool = False
-    """For ``happened``: the person said its result is unknown; the model is given :data:`NO_RESULT`."""
+    """For ``happened``: the person said its result is unknown; the model is given ``NO_RESULT``."""
 
     def resolves(self, started: StartedCall) -> bool:
         return self.attempt == started.attempt and abs(self.started_at - started.started_at) < 1e-6
@@ -203,7 +203,7 @@ class Resolution:
 
     @classmethod
     def happened_without_result(cls, started: StartedCall, **who: Any) -> Resolution:
-        """The side effect happened and its result is unknown: the model is told :data:`NO_RESULT`."""
+        """The side effect happened and its result is unknown: the model is told ``NO_RESULT``."""
         result = encode_outcome(Returned(NO_RESULT))
         return cls("happened", started.attempt, started.started_at, result, no_result=True, **who)
 
