@@ -389,6 +389,35 @@ def test_an_earlier_runs_cache_is_deleted_but_the_call_it_cut_off_stays_in_doubt
     assert charges == [42], "the new run does not charge again"
 
 
+def test_a_start_mark_kept_from_an_earlier_run_does_not_make_the_new_runs_cache_look_like_another_runs(
+    harness: DurableHarness,
+) -> None:
+    """The earlier run's try 3 started the call: the kept mark says ``try 3``, and the new run's try 2 (which may only
+    find tries 1 and 2) must still replay what its own try 1 recorded, not discard it as an earlier run's."""
+    from tests.helpers.durable import RecordingLog
+
+    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
+
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    harness.attempt = 2
+    _cut_off_try(harness, agent)  # try 3 of the earlier run
+    rules = OutcomeRules(on_unknown="fail")
+    for new_try in (1, 2):
+        log = RecordingLog()
+        options = AttemptOptions(
+            belongs=lambda tries, latest=new_try - 1: all(attempt <= latest for attempt in tries),
+            unknown_outcome=rules,
+        )
+        run = DurableRun.open(harness.store(log), attempt=new_try, log=log, options=options)
+        with pytest.raises(OutcomeUnknown), run.ending():
+            run_agent(run, agent, "charge it")
+        earlier = [line for line in log.at("warning") if "left by an earlier run" in line]
+        assert len(earlier) == (1 if new_try == 1 else 0), log.texts()
+    assert "replayed 1 cached step" in log.summary(), "try 2 replays the model step its own try 1 recorded"
+    assert charges == [42]
+
+
 def test_an_answer_it_happened_never_gives_the_model_none() -> None:
     # Issue 35 item 4: a result, or the explicit "result unknown" whose text the model reads.
     from airflow_pydantic_ai.durable.side_effects import StartedCall
