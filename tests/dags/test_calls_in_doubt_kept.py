@@ -95,3 +95,119 @@ def test_a_successful_run_keeps_the_start_mark_of_a_call_it_never_reached(tmp_pa
     [warning] = [line for line in log.at("warning") if "kept the start marks" in line]
     assert "1 at-most-once call" in warning and "tool charge_card (call c1)" in warning
     assert "--forget-calls-in-doubt" in warning
+
+
+# --- A try that discards the cache keeps its calls in doubt (issue 35 item 2): real dag.test() runs -------------
+
+CHARGES: list[int] = []
+"""The card charges that happened, by the try that made them."""
+ON_CLEAR = "clear with on_clear=fresh"
+
+
+def _cashier_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    returns = [part for message in messages for part in message.parts if isinstance(part, ToolReturnPart)]
+    if returns:
+        return ModelResponse(parts=[TextPart(f"settled: {returns[-1].content}")])
+    return ModelResponse(parts=[ToolCallPart("charge_card", {"amount_cents": 4200}, tool_call_id="charge-1")])
+
+
+def _charge_dag(dag_id: str, retries: int, **operator_kwargs: Any) -> Any:
+    """An agent whose ``at_most_once()`` payment tool is cut off the first time it runs (after the charge)."""
+    from airflow_pydantic_ai.operators.agent import AgentOperator
+
+    agent: Agent[None, str] = Agent(FunctionModel(_cashier_model))
+
+    @agent.tool_plain(metadata=at_most_once())
+    def charge_card(amount_cents: int) -> str:
+        from tests.helpers.airflow_run import current_try
+
+        CHARGES.append(current_try())
+        if len(CHARGES) == 1:
+            raise CutOff
+        return f"receipt r-{len(CHARGES)}"
+
+    with make_dag(dag_id, retries=retries) as dag:
+        AgentOperator(
+            task_id="charge",
+            prompt="Settle invoice 118",
+            agent=agent,
+            durable=True,
+            on_unknown_outcome="fail",
+            **operator_kwargs,
+        )
+    return dag
+
+
+def _kept_and_failed(out: str, dag_id: str, run_id: str, doing: str) -> None:
+    """The try that discarded the cache kept the start mark, said so, and failed on the call instead of charging."""
+    from airflow_pydantic_ai import _compat
+
+    assert CHARGES == [1], f"{doing} charged the card again: {CHARGES}\n{out[-5000:]}"
+    [kept] = [line for line in out.splitlines() if "kept the start marks of 1 at-most-once call" in line]
+    assert "tool charge_card (call charge-1)" in kept
+    resolve = " ".join([*_compat.cli_command_prefix(), "cache", "resolve", dag_id, run_id, "charge"])
+    assert f"{resolve} --call REF" in kept, kept
+    assert "OutcomeUnknown" in out and "tool charge_card (call charge-1)" in out
+
+
+@pytest.fixture
+def _charges(cache_base: Path) -> None:
+    CHARGES.clear()
+
+
+@pytest.mark.usefixtures("_charges")
+@pytest.mark.skipif(
+    __import__("airflow_pydantic_ai._compat", fromlist=["x"]).clear_asks_to_keep_task_state(),
+    reason="on Airflow 3.4 keep_task_state decides, and clear_task_instances keeps it",
+)
+def test_a_clear_with_on_clear_fresh_keeps_the_call_in_doubt(capfd: pytest.CaptureFixture[str]) -> None:
+    from tests.helpers.airflow_run import clear_and_rerun, task_states
+
+    dag = _charge_dag("kept_on_clear_fresh", retries=0, on_clear="fresh")
+    dr = run_dag(dag)
+    capfd.readouterr()
+    assert dr.state == "failed" and CHARGES == [1]
+
+    assert clear_and_rerun(dag, dr, "charge") == ("failed", 2)
+    out = capfd.readouterr().out
+
+    assert "cleared with on_clear=fresh: discarded the cache at " in out
+    _kept_and_failed(out, dag.dag_id, dr.run_id, ON_CLEAR)
+    assert task_states(dr)[("charge", -1)] == ("failed", 2)
+
+
+@pytest.mark.usefixtures("_charges")
+def test_durable_mode_record_keeps_the_call_in_doubt(capfd: pytest.CaptureFixture[str]) -> None:
+    from tests.helpers.airflow_run import task_states
+
+    dag = _charge_dag("kept_on_record", retries=1, durable_mode="record")
+    dr = run_dag(dag)
+    out = capfd.readouterr().out
+
+    assert dr.state == "failed", out[-5000:]
+    assert "durable_mode = record: discarded the cache at " in out
+    _kept_and_failed(out, dag.dag_id, dr.run_id, "durable_mode = record")
+    assert task_states(dr)[("charge", -1)] == ("failed", 2)
+
+
+@pytest.mark.usefixtures("_charges")
+def test_an_earlier_dag_runs_cache_keeps_its_call_in_doubt(capfd: pytest.CaptureFixture[str]) -> None:
+    # The DAG run is deleted and created again with the same ids (dag.test() given the same logical date): the new
+    # run's charge has the same idempotency key as the one the earlier run was cut off in.
+    from datetime import UTC, datetime
+
+    from tests.helpers.airflow_run import task_states
+
+    when = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
+    dag = _charge_dag("kept_earlier_run", retries=0)
+    first = run_dag(dag, logical_date=when, run_after=when)
+    capfd.readouterr()
+    assert first.state == "failed" and CHARGES == [1]
+
+    second = run_dag(dag, logical_date=when, run_after=when)
+    out = capfd.readouterr().out
+
+    assert second.run_id == first.run_id and second.state == "failed", out[-5000:]
+    assert "was left by an earlier run with the same ids" in out
+    _kept_and_failed(out, dag.dag_id, second.run_id, "the new DAG run")
+    assert task_states(second)[("charge", -1)] == ("failed", 1)

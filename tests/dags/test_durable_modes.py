@@ -85,7 +85,7 @@ def test_record_runs_every_step_live_over_what_was_recorded(capfd):
     assert task_states(dr)[("triage", -1)] == ("success", 2)
     assert xcom_value(dr, "triage") == "Ticket 42 triaged"
     # Try 1 recorded the model's first answer; try 2 (record) deleted it and asked again.
-    assert "durable_mode = record: deleted what" in out
+    assert "Durable: durable_mode = record: the cache was discarded; every step runs live" in out
     assert Counter(model=3, fetch_ticket=2) == CALLS
     assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 3 new steps (2 model, 1 tool)" in out
 

@@ -363,21 +363,59 @@ def test_an_answer_used_is_the_calls_own_step_numbered_as_the_log_names_it(harne
     )
 
 
-def test_an_earlier_runs_cache_names_the_call_it_cut_off_when_it_is_deleted(harness: DurableHarness) -> None:
+def test_an_earlier_runs_cache_is_deleted_but_the_call_it_cut_off_stays_in_doubt(harness: DurableHarness) -> None:
     """A DAG run created again with the same ids (or ``airflow tasks test`` given an existing run's id, which reuses
-    its try number) deletes the cache; a call in doubt in it is named, since the new run may run it again."""
+    its try number) deletes the cache, but the start mark of a call in doubt (issue 35 item 2): the new run makes
+    the same call, with the same idempotency key, and must not charge again silently."""
     from tests.helpers.durable import RecordingLog
 
     from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
 
     charges: list[int] = []
-    _cut_off_try(harness, _agent(charges, cut_off_on={1}))
+    agent = _agent(charges, cut_off_on={1})
+    _cut_off_try(harness, agent)
+    [mark] = harness.root.glob("started-*.json")
     log = RecordingLog()
-    DurableRun.open(harness.store(log), attempt=1, log=log, options=AttemptOptions(belongs=lambda tries: False))
-    [warning] = log.at("warning")
-    assert "(1 step by try 1, written " in warning, "the start mark is no step"
-    assert "and 1 at-most-once call a try started and never finished: tool charge_card (call c1)" in warning
-    assert not harness.store(log).exists()
+    rules = OutcomeRules(on_unknown="fail", resolve_command="airflow pydantic-ai cache resolve d r t")
+    options = AttemptOptions(belongs=lambda tries: False, unknown_outcome=rules)
+    run = DurableRun.open(harness.store(log), attempt=1, log=log, options=options)
+    left, kept = log.at("warning")
+    assert "(1 step by try 1, written " in left, "the start mark is no step"
+    assert "kept the start marks of 1 at-most-once call" in kept and "tool charge_card (call c1)" in kept
+    assert "airflow pydantic-ai cache resolve d r t --call REF" in kept and "--forget-calls-in-doubt" in kept
+    assert [path.name for path in harness.root.iterdir()] == [mark.name], "the model step is deleted"
+    with pytest.raises(OutcomeUnknown), run.ending():
+        run_agent(run, agent, "charge it")
+    assert charges == [42], "the new run does not charge again"
+
+
+def test_a_start_mark_kept_from_an_earlier_run_does_not_make_the_new_runs_cache_look_like_another_runs(
+    harness: DurableHarness,
+) -> None:
+    """The earlier run's try 3 started the call: the kept mark says ``try 3``, and the new run's try 2 (which may only
+    find tries 1 and 2) must still replay what its own try 1 recorded, not discard it as an earlier run's."""
+    from tests.helpers.durable import RecordingLog
+
+    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
+
+    charges: list[int] = []
+    agent = _agent(charges, cut_off_on={1})
+    harness.attempt = 2
+    _cut_off_try(harness, agent)  # try 3 of the earlier run
+    rules = OutcomeRules(on_unknown="fail")
+    for new_try in (1, 2):
+        log = RecordingLog()
+        options = AttemptOptions(
+            belongs=lambda tries, latest=new_try - 1: all(attempt <= latest for attempt in tries),
+            unknown_outcome=rules,
+        )
+        run = DurableRun.open(harness.store(log), attempt=new_try, log=log, options=options)
+        with pytest.raises(OutcomeUnknown), run.ending():
+            run_agent(run, agent, "charge it")
+        earlier = [line for line in log.at("warning") if "left by an earlier run" in line]
+        assert len(earlier) == (1 if new_try == 1 else 0), log.texts()
+    assert "replayed 1 cached step" in log.summary(), "try 2 replays the model step its own try 1 recorded"
+    assert charges == [42]
 
 
 def test_an_answer_it_happened_never_gives_the_model_none() -> None:

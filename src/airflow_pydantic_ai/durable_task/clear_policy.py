@@ -14,7 +14,8 @@ anything.
   decides, ``resume`` by default (what clearing did before this option existed). On 3.4 the option
   applies only when the task-state store cannot be read.
 
-Every cleared try says in its log which happened and why.
+Every cleared try says in its log which happened and why. A try that starts over has the attempt discard
+the cache (``AttemptOptions.start_over``), which keeps the calls in doubt it holds.
 """
 
 from __future__ import annotations
@@ -23,17 +24,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable_task.settings import on_clear_option
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable import StepStore, TaskLogger
+    from airflow_pydantic_ai.durable import TaskLogger
 
 __all__ = [
     "MARKER_KEY",
     "ClearDecision",
     "decide_after_clear",
-    "discard_after_clear",
     "log_resume_after_clear",
 ]
 
@@ -66,26 +65,6 @@ def decide_after_clear(context: Any, on_clear: str | None, *, cleared: bool) -> 
         return ClearDecision(fresh=not kept, why=f"cleared with keep_task_state={'true' if kept else 'false'}")
     source = "on_clear=" if on_clear is not None else "[pydantic_ai] on_clear = "
     return ClearDecision(fresh=option == "fresh", why=f"cleared with {source}{option}")
-
-
-def discard_after_clear(store: StepStore, decision: ClearDecision, log: TaskLogger) -> None:
-    """Delete the cache of a task cleared to start over, saying so in the task log."""
-    try:
-        existed = store.exists()
-        if existed:
-            store.clear()
-    except Exception as error:
-        log.error(
-            "Durable: %s, but the cache at %s could not be discarded (%s); delete it by hand to start over",
-            decision.why,
-            store.location,
-            describe_error(error),
-        )
-        return
-    if existed:
-        log.info("Durable: %s: the cache was discarded; every step runs live", decision.why)
-    else:
-        log.info("Durable: %s: there was no cache to discard", decision.why)
 
 
 def log_resume_after_clear(decision: ClearDecision, steps_found: int, log: TaskLogger) -> None:

@@ -180,12 +180,11 @@ def start_durable_run(
     max_tries = getattr(ti, "max_tries", None)
     cleared = not this_try.resuming and is_cleared_try(ti)
     after_clear = clear_policy.decide_after_clear(context, arguments.on_clear, cleared=cleared)
-    if after_clear is not None and after_clear.fresh:
-        clear_policy.discard_after_clear(store, after_clear, log)
     policy, recording = None, None
-    if modes is not None:  # durable_mode = record: empty the cache first; the policy, the fixture's steps
-        modes.before_open(store, log)
+    if modes is not None:  # the policy, the fixture's steps
         policy, recording = modes.opening(store, identity, log)
+    # A clear that starts over, or durable_mode = record: the attempt discards the cache but its calls in doubt.
+    start_over = after_clear.why if after_clear is not None and after_clear.fresh else ""
     options = AttemptOptions(
         retry_coming=max_tries is None or this_try.try_number <= int(max_tries),
         takes_recorded_output=retries_an_earlier_try(ti),
@@ -200,6 +199,7 @@ def start_durable_run(
         policy=policy,
         recording=recording,
         unknown_outcome=outcome_rules(arguments.on_unknown_outcome, identity, no_person=no_person),
+        start_over=start_over or (modes.start_over if modes is not None else ""),
     )
     run = DurableRun.open(store, attempt=this_try.try_number or 1, log=log, options=options)
     if after_clear is not None and not after_clear.fresh:

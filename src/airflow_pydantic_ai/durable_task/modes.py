@@ -5,8 +5,8 @@ A task's mode is its ``durable_mode=`` argument, else ``[pydantic_ai] durable_mo
 unknown value fails the task at its start, naming the option and the allowed values. ``off`` runs the
 task as ``durable=False``; any other mode, or a fixture folder, given on the task makes it durable.
 
-Around the attempt: ``record`` empties the task instance's cache before the attempt opens it, so every
-step runs live and what is stored replaces what was there; ``auto`` and ``replay`` with
+Around the attempt: ``record`` has the attempt discard the task instance's cache (``start_over``), so every
+step runs live and what is stored replaces what was there (the calls in doubt are kept); ``auto`` and ``replay`` with
 ``durable_fixtures=`` replay the fixture's steps too (the fixture is read in place, never copied into the
 cache); ``record`` with ``durable_fixtures=`` writes the recorded steps as the task's fixture once the
 task succeeded; ``durable_keep_cache=True`` keeps the cache after a success (for ``cache export``).
@@ -87,12 +87,11 @@ class ModeSettings:
 
     # --- around the attempt ------------------------------------------------------------------------
 
-    def before_open(self, store: StepStore, log: TaskLogger) -> None:
-        """``record``: empty the cache, so that every step runs live and replaces what was recorded."""
-        if self.mode != "record" or not store.exists():
-            return
-        store.clear()
-        log.info("Durable: durable_mode = record: deleted what %s held; every step runs live", store.location)
+    @property
+    def start_over(self) -> str:
+        """``record``: why the attempt discards the cache (every step runs live and replaces what was recorded; the
+        calls in doubt are kept). Empty in any other mode."""
+        return "durable_mode = record" if self.mode == "record" else ""
 
     def opening(
         self, store: StepStore, identity: TaskIdentity, log: TaskLogger

@@ -24,7 +24,7 @@ from airflow_pydantic_ai.durable.keys.chain import Fingerprinter
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.steps.at_most_once import OutcomeRules
 from airflow_pydantic_ai.durable.steps.budget import Spent
-from airflow_pydantic_ai.durable.steps.cleanup import discard_earlier_run
+from airflow_pydantic_ai.durable.steps.cleanup import CallsKept, discard, discard_earlier_run
 from airflow_pydantic_ai.durable.steps.replay_policy import ReplayPolicy
 from airflow_pydantic_ai.durable.steps.writer import StorageErrors, TryOutlook, no_secrets, secret_check
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
@@ -76,6 +76,9 @@ class AttemptOptions:
     """Steps recorded elsewhere (a fixture's) to replay too."""
     unknown_outcome: OutcomeRules = field(default_factory=OutcomeRules)
     """What an at-most-once call an earlier try started and never finished does (``on_unknown_outcome``)."""
+    start_over: str = ""
+    """Why this attempt discards the cache it finds (``cleared with on_clear=fresh``, ``durable_mode = record``):
+    nothing replays and the cache is deleted, but its calls in doubt, which stay in doubt. Empty: it resumes."""
 
     @property
     def outlook(self) -> TryOutlook:
@@ -96,24 +99,45 @@ def replayed_from(entry: StepEntry | None, recording: Recording | None) -> str:
     return f"from the cache (recorded by try {entry.attempt})"
 
 
-def load_cache(run: AttemptOwner, probe: bool, belongs: Callable[[Collection[int]], bool] | None) -> None:
+_KEPT_ROLES = frozenset({"started", "resolution"})
+"""Entries a deletion keeps (``CallsKept``): whoever wrote them, they say nothing of whose cache it is."""
+
+
+def load_cache(run: AttemptOwner, options: AttemptOptions) -> None:
     """Read the cache into ``run`` (see :meth:`DurableRun.open`): its entries, their numbering, the divergence
-    they allow; an earlier DAG run's cache is discarded instead."""
+    they allow; an earlier DAG run's cache, or any with ``options.start_over``, is discarded instead, but the calls
+    in doubt it holds, which the attempt loads."""
     writer, store, log = run.writer, run.store, run.log
-    if probe and not writer.check_at_start():
+    if options.probe and not writer.check_at_start():
         run.unread = f"it was unreachable when the try started ({writer.backoff.reason})"
+        _not_discarded(options.start_over, store.location, run.unread, log)
         return
     try:
         loaded = store.load()
     except Exception as error:
         writer.load_failed(error)
         run.unread = describe_error(error)
+        _not_discarded(options.start_over, store.location, run.unread, log)
         return
-    tries = {entry.attempt for entry in (*loaded.entries.values(), *loaded.tombstones.values())}
-    if tries and belongs is not None and not belongs(tries):
-        discard_earlier_run(store, loaded.entries, run.attempt, log)
-        if run.budget is not None:  # what an earlier DAG run spent is not this one's
+    tries = {
+        entry.attempt
+        for entry in (*loaded.entries.values(), *loaded.tombstones.values())
+        if entry.step_role not in _KEPT_ROLES
+    }
+    earlier_run = bool(tries) and options.belongs is not None and not options.belongs(tries)
+    if earlier_run or options.start_over:
+        resolve = options.unknown_outcome.resolve_command
+        if earlier_run:
+            kept = discard_earlier_run(
+                store, loaded.entries, loaded.unverified, run.attempt, log, resolve_command=resolve
+            )
+        else:
+            kept = discard(
+                store, loaded.entries, loaded.unverified, log, why=options.start_over, resolve_command=resolve
+            )
+        if run.budget is not None:  # what an earlier DAG run, or the tries before a fresh start, spent is not counted
             run.budget.earlier = run.budget.resumed = Spent()
+        _load_kept(run, kept)
         return
     run.entries, run.unverified = loaded.entries, loaded.unverified
     writer.numbers = StepNumbers(loaded.entries.values())
@@ -127,3 +151,19 @@ def load_cache(run: AttemptOwner, probe: bool, belongs: Callable[[Collection[int
         plural(sum(entry.is_step for entry in loaded.entries.values()), "step"),
         loaded.bytes_read,
     )
+
+
+def _load_kept(run: AttemptOwner, kept: CallsKept) -> None:
+    """The attempt goes on with the calls in doubt a deletion kept, as if the cache held only them."""
+    run.entries, run.unverified = dict(kept.entries), dict(kept.unverified)
+    run.writer.numbers = StepNumbers(kept.entries.values())
+
+
+def _not_discarded(why: str, location: str, reason: str, log: Any) -> None:
+    if why:
+        log.error(
+            "Durable: %s, but the cache at %s could not be read to discard it (%s); delete it by hand to start over",
+            why,
+            location,
+            reason,
+        )

@@ -140,7 +140,7 @@ class DurableRun:
         if options.budget is not None:  # issue 22: read before the first step, whatever the load below finds
             run.budget = RetryBudget.load(store, attempt=attempt, limits=options.budget, log=log)
             run.stats.on_live_step = run.budget.spent_live
-        load_cache(run, options.probe, options.belongs)
+        load_cache(run, options)
         if options.recording is not None:
             run._replay_also(options.recording)
         # Key as the entries were keyed (keys/schemes.py); what this attempt records says so.
@@ -505,7 +505,14 @@ class DurableRun:
         Call it once Airflow has recorded the task's success (the operator does, from a success callback).
         """
         self.finished = True
-        delete_after_success(self.store, self.entries, self.writer.written, self.log, unverified=self.unverified)
+        delete_after_success(
+            self.store,
+            self.entries,
+            self.writer.written,
+            self.log,
+            unverified=self.unverified,
+            resolve_command=self.outcomes.resolve_command,
+        )
 
     def summary(self) -> str:
         return self.stats.summary()
