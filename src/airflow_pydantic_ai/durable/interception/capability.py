@@ -103,6 +103,22 @@ class DurableCapability(AbstractCapability[Any]):
             return None
         return CachingModel(model, self.run, self.chain)
 
+    if hasattr(AbstractCapability, "compact_history"):  # pydantic-ai 2.78: history compaction (not on 2.62/2.68)
+
+        async def prepare_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
+            # pydantic-ai hands the compact_history hooks the model as the prepare_model_request hooks leave it,
+            # before the get_wrapper_model wrappers: wrapped here, the compaction's own request (a summary through
+            # CompactionRequest.conversation_request.model) is a model step, recorded and replayed like the others,
+            # as pydantic-ai's own durable engines make it a durable model operation. The request sent after it
+            # goes through the same wrapper (get_wrapper_model does not wrap it twice).
+            if self.run is not None:
+                model = request_context.model
+                if isinstance(model, RunContextModel):
+                    request_context.model = CachingModel(model.wrapped, self.run, self.chain)
+                elif not isinstance(model, CachingModel):
+                    request_context.model = CachingModel(model, self.run, self.chain)
+            return request_context
+
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         if isinstance(toolset, CachingToolset):
             return None
