@@ -21,6 +21,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import CapabilityOrdering
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.models import Model
+from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
@@ -99,7 +100,7 @@ class DurableCapability(AbstractCapability[Any]):
         if isinstance(model, RunContextModel):
             # An agent run given ``model=ctx.model`` in a tool: its requests are its own run's steps.
             return None if self.run is None else CachingModel(model.wrapped, self.run, self.chain)
-        if self.run is None or isinstance(model, CachingModel):
+        if self.run is None or _records(model):
             return None
         return CachingModel(model, self.run, self.chain)
 
@@ -115,7 +116,7 @@ class DurableCapability(AbstractCapability[Any]):
                 model = request_context.model
                 if isinstance(model, RunContextModel):
                     request_context.model = CachingModel(model.wrapped, self.run, self.chain)
-                elif not isinstance(model, CachingModel):
+                elif not _records(model):
                     request_context.model = CachingModel(model, self.run, self.chain)
             return request_context
 
@@ -170,6 +171,17 @@ class DurableCapability(AbstractCapability[Any]):
             return index, value, _name_of(validators[index], index)
 
         return await step.replay_or_run(lambda: handler(output), validator_failure=validator_failure)
+
+
+def _records(model: Model) -> bool:
+    """Whether ``model`` already records: a ``CachingModel``, or a wrapper around one (a wrapper another
+    capability put around the model this capability wrapped in ``prepare_model_request``)."""
+    current: Any = model
+    while current is not None:
+        if isinstance(current, CachingModel):
+            return True
+        current = current.wrapped if isinstance(current, WrapperModel) else None
+    return False
 
 
 def _name_of(validator: Any, index: int) -> str:
