@@ -486,14 +486,35 @@ def cache_gc(args: Any) -> None:
             )
             return
         _confirm(f"{_plural(len(doomed), 'cache')} ({_size(freed)}) under {base.url}", args.yes)
-        for cache in doomed:
-            cache.store(base.fs, timeout=base.timeout).clear()
-        _print_rows(rows, args.output)
+        refused = _delete_each(doomed, base)
+        deleted = [cache for cache in doomed if cache.segments not in refused]
+        shown = [row for cache, row in zip(doomed, rows, strict=True) if cache.segments not in refused]
+        _print_rows(shown, args.output)
         _say(
-            f"Deleted {_plural(len(doomed), 'cache')} under {base.url}, freed {_size(freed)}; "
-            f"kept {kept} that may still be read",
+            f"Deleted {_plural(len(deleted), 'cache')} under {base.url}, freed "
+            f"{_size(sum(cache.size for cache in deleted))}; kept {kept} that may still be read",
             args.output,
         )
+        if refused:
+            raise _UserError(
+                f"{_plural(len(refused), 'cache')} refused and kept (named above); remove the links named, then run "
+                "gc again"
+            )
+
+
+def _delete_each(doomed: list[CacheSummary], base: Any) -> set[tuple[str, str, str, str]]:
+    """``cache gc``: delete each cache; one it refuses (a symbolic link in its folders) is named on stderr and kept,
+    and the others are deleted all the same. Returns the refused ones."""
+    from airflow_pydantic_ai.cache_tools.access import OutsideCacheBase
+
+    refused: set[tuple[str, str, str, str]] = set()
+    for cache in doomed:
+        try:
+            cache.store(base.fs, timeout=base.timeout).clear()
+        except OutsideCacheBase as error:
+            refused.add(cache.segments)
+            print(f"error: kept {cache.location}: {_one_line(str(error))}", file=sys.stderr)
+    return refused
 
 
 def _say_doubts(

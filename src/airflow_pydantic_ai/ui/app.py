@@ -366,7 +366,10 @@ def create_app() -> FastAPI:
         _check_post(request, user, form_token, "fork", (*_target(task), str(step)))
         access, row = _opened_task(task)
         _refuse_active(task, row.state)
-        deleted = access.reader.delete_from(step)
+        try:
+            deleted = access.reader.delete_from(step)
+        except OutsideCacheBase as error:  # a symbolic link in the cache's folders: nothing deleted
+            raise HTTPException(409, f"Refused: {error}") from None
         return RedirectResponse(task.url(done=f"forked:{step}:{len(deleted)}"), status_code=303)
 
     return app

@@ -21,6 +21,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import CapabilityOrdering
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.models import Model
+from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
@@ -99,9 +100,25 @@ class DurableCapability(AbstractCapability[Any]):
         if isinstance(model, RunContextModel):
             # An agent run given ``model=ctx.model`` in a tool: its requests are its own run's steps.
             return None if self.run is None else CachingModel(model.wrapped, self.run, self.chain)
-        if self.run is None or isinstance(model, CachingModel):
+        if self.run is None or _records(model):
             return None
         return CachingModel(model, self.run, self.chain)
+
+    if hasattr(AbstractCapability, "compact_history"):  # pydantic-ai 2.78: history compaction (not on 2.62/2.68)
+
+        async def prepare_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
+            # pydantic-ai hands the compact_history hooks the model as the prepare_model_request hooks leave it,
+            # before the get_wrapper_model wrappers: wrapped here, the compaction's own request (a summary through
+            # CompactionRequest.conversation_request.model) is a model step, recorded and replayed like the others,
+            # as pydantic-ai's own durable engines make it a durable model operation. The request sent after it
+            # goes through the same wrapper (get_wrapper_model does not wrap it twice).
+            if self.run is not None:
+                model = request_context.model
+                if isinstance(model, RunContextModel):
+                    request_context.model = CachingModel(model.wrapped, self.run, self.chain)
+                elif not _records(model):
+                    request_context.model = CachingModel(model, self.run, self.chain)
+            return request_context
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         if isinstance(toolset, CachingToolset):
@@ -154,6 +171,17 @@ class DurableCapability(AbstractCapability[Any]):
             return index, value, _name_of(validators[index], index)
 
         return await step.replay_or_run(lambda: handler(output), validator_failure=validator_failure)
+
+
+def _records(model: Model) -> bool:
+    """Whether ``model`` already records: a ``CachingModel``, or a wrapper around one (a wrapper another
+    capability put around the model this capability wrapped in ``prepare_model_request``)."""
+    current: Any = model
+    while current is not None:
+        if isinstance(current, CachingModel):
+            return True
+        current = current.wrapped if isinstance(current, WrapperModel) else None
+    return False
 
 
 def _name_of(validator: Any, index: int) -> str:

@@ -7,12 +7,13 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, UserPromptPart
 from pydantic_ai.models import CompletedStreamedResponse, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
 from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
+from airflow_pydantic_ai.durable.steps.lookup import compacted
 
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["CachingModel"]
 
 _REPLAYABLE_STATES = ("complete", "suspended")
+_COMPACTION_REQUEST = "[compact_messages]"
+"""Stands for the compaction endpoint in a compaction step's key (with its instructions after it)."""
 
 
 class CachingModel(WrapperModel):
@@ -38,10 +41,23 @@ class CachingModel(WrapperModel):
         self.run = run
         self.chain = chain if chain is not None else ResponseChain()
         """The run's Responses chain (the capability keeps one per run: it makes a wrapper per request)."""
+        self.served = 0
+        """Requests this wrapper saw: one made for a step's request, a compaction's request comes before it."""
 
     def recording_run(self) -> DurableRun:
         """The run each request is a step of (``ctx.model`` in a tool binds its own on the first request)."""
         return self.run
+
+    def _model_step(
+        self, messages: list[ModelMessage], settings: ModelSettings | None, parameters: ModelRequestParameters
+    ) -> ModelStep:
+        run = self.recording_run()
+        if self.served and any(compacted(message) for message in messages):
+            # The compaction before this request was a request through this wrapper (a step): recorded, so the
+            # warning about a compaction made outside the wrapper has nothing to say in this attempt.
+            run.family.warn_once("compaction")
+        self.served += 1
+        return run.model_step(self.wrapped, messages, settings, parameters)
 
     async def request(
         self,
@@ -49,7 +65,7 @@ class CachingModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        step = self.recording_run().model_step(self.wrapped, messages, model_settings, model_request_parameters)
+        step = self._model_step(messages, model_settings, model_request_parameters)
 
         async def live() -> ModelResponse:
             try:
@@ -65,6 +81,19 @@ class CachingModel(WrapperModel):
         if response is step.replayed:
             return self.chain.replayed(self.wrapped, messages, model_settings, model_request_parameters, response)
         return response
+
+    async def compact_messages(self, request_context: Any, *, instructions: str | None = None) -> ModelResponse:
+        """A provider's own compaction (``NativeCompaction``, pydantic-ai 2.78): a model step like a request, keyed
+        by the messages it compacts and the compaction's instructions, so a retry replays the compaction item."""
+        asked = ModelRequest(parts=[UserPromptPart(f"{_COMPACTION_REQUEST} {instructions or ''}".rstrip())])
+        step = self._model_step(
+            [*request_context.messages, asked],
+            request_context.model_settings,
+            request_context.model_request_parameters,
+        )
+        return await step.replay_or_run(
+            lambda: self.wrapped.compact_messages(request_context, instructions=instructions)
+        )
 
     def _resend_after(
         self, error: ModelHTTPError, step: ModelStep, messages: list[ModelMessage]
@@ -88,7 +117,7 @@ class CachingModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        step = self.recording_run().model_step(self.wrapped, messages, model_settings, model_request_parameters)
+        step = self._model_step(messages, model_settings, model_request_parameters)
         # A stream is a context, not one awaitable: the two halves of ModelStep.replay_or_run, around it.
         replayed = step.take_replay()
         if replayed is not None:

@@ -49,10 +49,11 @@ LOCAL_PARAMETERS = frozenset({"deferred_capabilities", "deferred_capability_ids"
 LOCAL_MESSAGE_FIELDS = frozenset({"metadata", "duration", "request_timestamp", "state"})
 """Message fields that stay on our side (besides those that change on every attempt, ``message_digests.py``)."""
 
-LOCAL_PART_FIELDS = frozenset({"metadata", "ui_visibility", "tool_kind", "content_file_digests"})
+LOCAL_PART_FIELDS = frozenset({"metadata", "ui_visibility", "tool_kind", "content_file_digests", "record_id"})
 """Message part fields that stay on our side (a tool return's ``metadata`` is never sent to the model; a call's
 ``tool_kind``, which 2.78 sets to ``output`` on an output tool's call, and the ``content_file_digests`` a tool
-result serialises from 2.68 on, are pydantic-ai's own bookkeeping)."""
+result serialises from 2.68 on, are pydantic-ai's own bookkeeping; a capability part's ``record_id``, 2.78, is a
+fresh uuid7 on every try and never sent to the model)."""
 
 _DISCRIMINATORS = frozenset({"kind", "part_kind"})
 """What tells a message or part from another in the serialised form: kept even at its default."""

@@ -28,7 +28,7 @@ from airflow_pydantic_ai.durable.wording import call_label
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.steps.owner import AttemptOwner
 
-__all__ = ["decision_step", "model_step", "output_step", "tool_step"]
+__all__ = ["compacted", "decision_step", "model_step", "output_step", "tool_step"]
 
 
 def model_step(
@@ -45,11 +45,12 @@ def model_step(
         place, run.entries, messages, run.divergence.recorded_at_step, agent=run.agent_for_replay()
     )
     step = ModelStep(run=run, place=place)
-    if messages and _compacted(messages[0]) and run.family.warn_once("compaction"):
+    if any(compacted(message) for message in messages) and run.family.warn_once("compaction"):
         run.log.warning(
-            "Durable: the conversation before %s was compacted by a capability; pydantic-ai sends that "
-            "compaction request outside the run's model wrapper, so it is not recorded and runs again on a "
-            "retry (the steps after it replay when it summarizes the conversation the same way)",
+            "Durable: the conversation before %s was compacted by a capability whose compaction request did not "
+            "go through the run's model (a summarizer model of its own, or a hook before the capabilities' "
+            "model wrappers), so it is not recorded and runs again on a retry (the steps after it replay when "
+            "it summarizes the conversation the same way)",
             step.shown(),
         )
     if place.failure is not None:
@@ -171,8 +172,9 @@ def decision_step(run: AttemptOwner, call: ToolCallPart, messages: Sequence[Mode
     return step
 
 
-def _compacted(message: ModelMessage) -> bool:
-    """Whether the conversation starts with a compaction summary (a capability replaced the history with it)."""
+def compacted(message: ModelMessage) -> bool:
+    """Whether a message holds a compaction (a summary or a provider's compaction item that replaced the history
+    before it)."""
     return any(isinstance(part, CompactionPart) for part in message.parts)
 
 

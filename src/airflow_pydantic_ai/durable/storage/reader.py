@@ -175,6 +175,7 @@ class CacheReader:
         """Delete step ``number`` and every step after it, newest first; returns what was deleted."""
         if number < 1:
             raise ValueError(f"steps are numbered from 1, got {number}")
+        self.store.refuse_links()  # as delete_all: never through a link out of the cache root
         doomed = [info for info in self.steps() if info.number >= number]
         self.store.drop([info.entry_name for info in reversed(doomed)])
         return doomed

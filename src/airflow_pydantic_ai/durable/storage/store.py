@@ -459,7 +459,7 @@ class StepStore:
             return
         if RESULT_ENTRY in listed:
             ordered.append(RESULT_ENTRY)
-        self._refuse_links()
+        self.refuse_links()
         self._remove_objects(ordered)
         # Then the notes and temporary files it wrote (names starting with "."), file by file: never a folder,
         # never through a link (unlinking a link removes the link), never a name the store does not write.
@@ -480,9 +480,12 @@ class StepStore:
                     break
                 parent = os.path.dirname(parent)
 
-    def _refuse_links(self) -> None:
+    def refuse_links(self) -> None:
         """Before deleting on a local disk: the cache's folder and the three above it (task, run, dag; never the
-        configured base) must be real folders, so that no deletion follows a link out of the cache root."""
+        configured base) must be real folders, so that no deletion follows a link out of the cache root (the whole
+        cache in ``clear``, steps from N on in ``CacheReader.delete_from``). Object stores have no links."""
+        if not self.is_local:
+            return
         folder = self.root
         for _ in range(4):
             if os.path.islink(folder):
