@@ -61,6 +61,8 @@ class StoredEntry:
     modified: dt.datetime | None
     container: str
     """The object that holds it: its own name, or the pack's."""
+    own_size: int | None = None
+    """Bytes of its stored form, when its pack's listing says (else worked out by :attr:`size`)."""
 
     @property
     def in_pack(self) -> bool:
@@ -71,6 +73,8 @@ class StoredEntry:
         """Bytes of this entry as stored: its object's, or, in a pack, its own stored form there (a pack keeps
         each entry byte for byte as it was stored singly). Worked out when asked: reading a cache to replay it
         never needs it."""
+        if self.own_size is not None:
+            return self.own_size
         if self.in_pack and isinstance(self.data, dict):
             return len(stored_bytes(self.data))
         return self.object_size
@@ -87,6 +91,9 @@ class Survey:
     bytes_read: int = 0
     tombstones: dict[str, tuple[StepEntry, StoredEntry]] = field(default_factory=dict)
     """The tombstones (``tombstone.py``), kept apart from the entries: never a step."""
+    unopened: set[str] = field(default_factory=set)
+    """Entries taken from their pack's listing and not opened (a ``listing_only`` survey): their payload is
+    empty; ``StepStore.open`` verifies one (the read side, for the step it shows)."""
 
 
 def stored_bytes(data: bytes | dict[str, Any]) -> bytes:
