@@ -152,7 +152,7 @@ class CacheReader:
         if self._held is None:
             with self.one_survey():
                 return self.entries()
-        opened = (self._opened(info, entry) for info, entry in self._read() if entry is not None)
+        opened = (self._opened(entry) for _, entry in self._read() if entry is not None)
         return [entry for entry in opened if isinstance(entry, StepEntry)]
 
     def companions(self) -> list[StepEntry]:
@@ -171,7 +171,7 @@ class CacheReader:
         for info, entry in self._read():
             if info.number != number:
                 continue
-            opened = self._opened(info, entry) if entry is not None else None
+            opened = self._opened(entry) if entry is not None else None
             if isinstance(opened, StepEntry):
                 return StepDetail(info, _content(opened))
             shown = info if opened is None else replace(info, kind="damaged", problem=str(opened))
@@ -194,7 +194,7 @@ class CacheReader:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def _opened(self, info: StepInfo, entry: StepEntry) -> StepEntry | CorruptEntry:
+    def _opened(self, entry: StepEntry) -> StepEntry | CorruptEntry:
         """``entry`` with its payload: as found, or (taken from its pack's listing) opened and verified now."""
         survey = self.survey()
         if entry.name not in survey.unopened:
