@@ -100,8 +100,8 @@ def encode_pack(
     }
     if listing:
         document = {"names": header["names"], "attempt": attempt, "steps": dict(listing)}
-        text = json.dumps(document, separators=(",", ":"))
-        header["listing"] = cipher.encrypt(text.encode()).decode() if cipher is not None else json.loads(text)
+        sealed = cipher is not None and cipher.encrypt(json.dumps(document, separators=(",", ":")).encode()).decode()
+        header["listing"] = sealed or document
     head = json.dumps({**header, "checksum": _checksum(header)}, separators=(",", ":"))
     body = b",".join(json.dumps(name).encode() + b":" + entries[name] for name in header["names"])
     return head[:-1].encode() + b',"entries":{' + body + b"}}"
