@@ -189,24 +189,25 @@ def test_a_listing_moved_from_another_pack_is_ignored(tmp_path: Path, key: bytes
     assert cipher.large_decrypts == 1, "without a listing of its own, the pack's entries are opened one by one"
 
 
-def test_a_listed_step_that_is_damaged_is_shown_as_damaged(tmp_path: Path, key: bytes) -> None:
+def test_a_packed_step_damaged_after_packing_is_listed_and_shown_as_damaged(tmp_path: Path, key: bytes) -> None:
     harness = packed_cache(tmp_path / "cache", CountingCipher(key))
     pack_path = the_pack(harness.root)
     pack = decode_pack(pack_path.read_bytes(), owner=IDENTITY.owner())
-    reader = CacheReader(harness.store())
-    name = reader.steps()[1].entry_name
-    body = pack.bodies[name]
-    token = body["encrypted"]
-    body["encrypted"] = token[:100] + ("A" if token[100] != "A" else "B") + token[101:]  # one flipped character
+    name = CacheReader(harness.store()).steps()[1].entry_name
+    token = pack.bodies[name]["encrypted"]
+    pack.bodies[name]["encrypted"] = token[:100] + ("A" if token[100] != "A" else "B") + token[101:]  # one flip
     entries = {entry: stored_bytes(stored) for entry, stored in pack.bodies.items()}
-    listing = pack.listing(harness.cipher)
+    listing = pack.listing(harness.cipher)  # the listing as the packer wrote it: it still lists the step as whole
     data = encode_pack(
         entries, attempt=pack.attempt, owner=IDENTITY.owner(), replaces=[], listing=listing, cipher=harness.cipher
     )
     pack_path.write_bytes(data)
+    reader = CacheReader(harness.store())
 
-    detail = CacheReader(harness.store()).read(2)
+    steps = reader.steps()
+    detail = reader.read(steps[-1].number)
 
-    assert detail.info.kind == "damaged" and "failed authentication" in detail.info.problem
-    assert detail.content == {"problem": detail.info.problem}
+    assert [step.kind for step in steps] == ["model", "model", "tool", "model", "damaged"]
+    assert steps[-1].entry_name == name and "failed authentication" in steps[-1].problem
+    assert detail.content == {"problem": steps[-1].problem}
     assert name not in harness.store().load().entries, "a retry does not replay it either"

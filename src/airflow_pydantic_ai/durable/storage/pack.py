@@ -9,12 +9,14 @@ names of packs are made in ``entry.py`` (:func:`~airflow_pydantic_ai.durable.sto
 I/O is ``store.py``'s.
 
 The ``listing`` holds, for each step the pack holds, what a cache's listing shows and numbers it by (its
-``StepEntry.listing_fields`` and its stored size), never its payload: a reader (``cache show``, the view)
-lists and numbers a cache from it and opens only the step it shows, instead of decrypting and verifying
-every entry (a 15 MB tool result cost a reader 460 MiB). With encryption on it is sealed as one token by
-the same cipher as the entries, with the pack's entry names and try inside the seal; a listing that is
-missing, unreadable or names other entries is ignored, and the reader opens every entry as before. A
-replay never reads it: a try verifies every entry it replays, and a reader verifies the step it shows.
+``StepEntry.listing_fields``, its stored size and the SHA-256 of its stored form), never its payload: a
+reader (``cache show``, the view) lists and numbers a cache from it and opens only the step it shows,
+instead of decrypting and verifying every entry (a 15 MB tool result cost a reader 460 MiB). With
+encryption on it is sealed as one token by the same cipher as the entries, with the pack's entry names and
+try inside the seal; a listing that is missing, unreadable or names other entries is ignored, and the
+reader opens every entry as before. A replay never reads it: a try verifies every entry it replays; a
+reader takes a step from the listing only while its stored form still has the digest listed (else it
+opens it: a damaged step is listed as damaged), and verifies the step it shows.
 
 Guarantees: a pack that is torn (written half-way), garbled, edited in its header, of another schema or
 written for another task instance is a :class:`~airflow_pydantic_ai.durable.storage.entry.CorruptEntry`

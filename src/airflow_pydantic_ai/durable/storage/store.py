@@ -58,6 +58,7 @@ from airflow_pydantic_ai.durable.storage.stored import (
     modified_time,
     newer,
     stored_bytes,
+    stored_digest,
     unverified_entries,
 )
 from airflow_pydantic_ai.durable.storage.tombstone import Mark, forgotten_by, is_tombstone
@@ -265,9 +266,12 @@ class StepStore:
     @staticmethod
     def _listed(item: StoredEntry, listing: dict[str, dict[str, Any]]) -> StepEntry | None:
         """The entry as its pack's listing describes it (not opened), or None: not listed (a companion, a
-        tombstone, an older pack), or listed with malformed fields (it is then opened as any other)."""
+        tombstone, an older pack), listed with malformed fields, or no longer the very bytes the packer verified
+        (edited, damaged since): it is then opened as any other, and a damaged one is found damaged."""
         fields = listing.get(item.name)
-        if fields is None or not item.in_pack:
+        if fields is None or not item.in_pack or not isinstance(item.data, dict):
+            return None
+        if fields.get("digest") != stored_digest(stored_bytes(item.data)):
             return None
         try:
             entry = StepEntry.listed(fields, name=item.name)
@@ -351,7 +355,9 @@ class StepStore:
         replaces = sorted(self._packs_seen | {container for _, container in held.values() if is_pack_name(container)})
         name = str(pack_name(attempt, stored))
         listing = {
-            entry: {**self._listing[entry], "size": len(stored[entry])} for entry in held if entry in self._listing
+            entry: {**self._listing[entry], "size": len(stored[entry]), "digest": stored_digest(stored[entry])}
+            for entry in held
+            if entry in self._listing
         }
         data = encode_pack(
             stored, attempt=attempt, owner=self.owner, replaces=replaces, listing=listing, cipher=self.cipher

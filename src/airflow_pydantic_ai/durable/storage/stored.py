@@ -6,6 +6,7 @@ cache an attempt replays from, and the time of a listing row. No I/O: the store 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -13,7 +14,16 @@ from typing import Any
 
 from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry, is_entry_name, is_pack_name
 
-__all__ = ["LoadedCache", "StoredEntry", "Survey", "modified_time", "newer", "stored_bytes", "unverified_entries"]
+__all__ = [
+    "LoadedCache",
+    "StoredEntry",
+    "Survey",
+    "modified_time",
+    "newer",
+    "stored_bytes",
+    "stored_digest",
+    "unverified_entries",
+]
 
 
 def modified_time(info: dict[str, Any]) -> dt.datetime | None:
@@ -105,6 +115,12 @@ def stored_bytes(data: bytes | dict[str, Any]) -> bytes:
         return text.encode()
     except UnicodeEncodeError:  # lone surrogates (undecodable file names): ASCII escapes read back the same
         return json.dumps(data, separators=(",", ":")).encode()
+
+
+def stored_digest(data: bytes) -> str:
+    """The SHA-256 of an entry's stored form: a pack's listing names it, so that a reader knows an entry it does
+    not open is still the very one the packer verified (``pack.py``)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def newer(entry: StepEntry, than: StepEntry) -> bool:
