@@ -272,9 +272,9 @@ def test_cache_show_reads_the_store_once_for_the_steps_and_the_calls(
     surveys: list[str] = []
     survey = StepStore.survey
 
-    def counted(store: StepStore) -> Any:
+    def counted(store: StepStore, **options: Any) -> Any:
         surveys.append(store.location)
-        return survey(store)
+        return survey(store, **options)
 
     monkeypatch.setattr(StepStore, "survey", counted)
     out, _ = _show(capsys)

@@ -211,7 +211,7 @@ class StepWriter:
         if self._too_large(what, len(data)):
             return False
         try:
-            self.store.write(entry.name, data)
+            self.store.write(entry.name, data, entry=entry)
         except Exception as error:
             self._write_failed(entry, what, error)
             return False

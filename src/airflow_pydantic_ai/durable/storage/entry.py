@@ -335,6 +335,40 @@ class StepEntry:
         stored_checksum = body.pop("checksum", None)
         if stored_checksum != _checksum(body):
             raise CorruptEntry("its checksum does not match its content")
+        entry = cls._of_fields(body, name=name, payload=body.get("payload"))
+        if owner is not None and body.get("owner") != owner:
+            # Keys are content digests, so the same prompt in another dag run gives the same names: an
+            # entry copied from another task instance's prefix must not replay here.
+            raise CorruptEntry(f"it was written for another task instance ({body.get('owner')!r})")
+        return entry
+
+    def listing_fields(self) -> dict[str, Any]:
+        """What the listing of a cache shows and numbers the entry by, without its payload and components: a
+        pack keeps these of each of its steps (``pack.py``), so that a reader lists a cache without opening them."""
+        return {
+            "kind": self.kind,
+            "key": self.key,
+            "step": self.step,
+            "attempt": self.attempt,
+            "label": self.label,
+            "usage": self.usage,
+            "call_id": self.call_id,
+            "role": self.role,
+            "recorded_at": self.recorded_at,
+            "scope": self.scope,
+        }
+
+    @classmethod
+    def listed(cls, fields: Any, *, name: str) -> StepEntry:
+        """The entry ``name`` as a pack's listing describes it (:meth:`listing_fields`): its payload and components
+        are not read (empty), so it is for listing and numbering only, never for a replay or for showing its content.
+        Raises :class:`CorruptEntry` when the fields are malformed or name another entry."""
+        if not isinstance(fields, dict):
+            raise CorruptEntry("its listing is not an object")
+        return cls._of_fields(fields, name=name, payload={})
+
+    @classmethod
+    def _of_fields(cls, body: dict[str, Any], *, name: str, payload: Any) -> StepEntry:
         try:
             entry = cls(
                 kind=body["kind"],
@@ -342,7 +376,7 @@ class StepEntry:
                 step=int(body["step"]),
                 attempt=int(body["attempt"]),
                 label=str(body["label"]),
-                payload=dict(body["payload"]),
+                payload=dict(payload),
                 components=dict(body.get("components") or {}),
                 usage=dict(body.get("usage") or {}),
                 call_id=None if body.get("call_id") is None else str(body["call_id"]),
@@ -357,8 +391,4 @@ class StepEntry:
             raise CorruptEntry("its kind or key does not match its name")
         if entry.role not in _ROLES:
             raise CorruptEntry(f"its role {entry.role!r} is unknown")
-        if owner is not None and body.get("owner") != owner:
-            # Keys are content digests, so the same prompt in another dag run gives the same names: an
-            # entry copied from another task instance's prefix must not replay here.
-            raise CorruptEntry(f"it was written for another task instance ({body.get('owner')!r})")
         return entry

@@ -11,7 +11,10 @@ Guarantees: reading never changes the cache; a damaged entry is listed as damage
 and is still deleted by :meth:`~CacheReader.delete_all` and :meth:`~CacheReader.delete_from`; an
 encrypted entry is decoded only with the key (without it, it is listed as encrypted); nothing is
 deleted outside the task instance's prefix. Packs (what a try that ended packed into one object) are a
-layout detail: their entries are listed, numbered, shown and deleted as steps like any other. Tombstones
+layout detail: their entries are listed, numbered, shown and deleted as steps like any other. A pack's
+listing (``pack.py``) lists and numbers its steps without opening them: showing one step decrypts and
+verifies that step only, whatever else the pack holds (a listed step that turns out damaged is shown as
+damaged when it is shown; a pack without a listing is opened entry by entry, as before). Tombstones
 (``tombstone.py``) are not steps: never listed, and what they forget is not listed either (a retry would not
 replay it).
 """
@@ -22,11 +25,11 @@ import datetime as dt
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from airflow_pydantic_ai.durable.kinds import StepRole
-from airflow_pydantic_ai.durable.storage.entry import SealedEntry, StepEntry
+from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, SealedEntry, StepEntry
 from airflow_pydantic_ai.durable.storage.numbering import ListingRow, in_listing_order, listing_order
 from airflow_pydantic_ai.durable.storage.step_costs import StepCost
 from airflow_pydantic_ai.durable.storage.store import StepStore
@@ -126,7 +129,7 @@ class CacheReader:
     def one_survey(self) -> Iterator[None]:
         """Within it, every read reuses one survey of the store: a page that shows the steps, the calls and a
         step lists and fetches the cache once (on S3: one set of GETs, not one per part). Not for deleting."""
-        self._held = self.store.survey()
+        self._held = self.store.survey(listing_only=True)
         try:
             yield
         finally:
@@ -134,7 +137,7 @@ class CacheReader:
 
     def survey(self) -> Survey:
         """What the store holds: the held survey inside :meth:`one_survey`, else a new one."""
-        return self._held if self._held is not None else self.store.survey()
+        return self._held if self._held is not None else self.store.survey(listing_only=True)
 
     def exists(self) -> bool:
         """Whether the task instance has anything recorded."""
@@ -145,8 +148,12 @@ class CacheReader:
         return [info for info, _ in self._read()]
 
     def entries(self) -> list[StepEntry]:
-        """The readable entries in recorded order (what ``cache export`` writes as a fixture)."""
-        return [entry for _, entry in self._read() if entry is not None]
+        """The readable entries in recorded order (what ``cache export`` writes as a fixture), each opened."""
+        if self._held is None:
+            with self.one_survey():
+                return self.entries()
+        opened = (self._opened(entry) for _, entry in self._read() if entry is not None)
+        return [entry for entry in opened if isinstance(entry, StepEntry)]
 
     def companions(self) -> list[StepEntry]:
         """The readable entries that belong to a tool call and are not numbered steps (the mark that an
@@ -156,13 +163,19 @@ class CacheReader:
         return sorted(found, key=lambda entry: (entry.recorded_at or 0.0, entry.name))
 
     def read(self, number: int) -> StepDetail:
-        """Step ``number`` decoded; raises ``KeyError`` when there is no such step."""
+        """Step ``number`` decoded (the only entry opened, when the others are in a pack's listing); raises
+        ``KeyError`` when there is no such step."""
+        if self._held is None:
+            with self.one_survey():
+                return self.read(number)
         for info, entry in self._read():
             if info.number != number:
                 continue
-            if entry is None:
-                return StepDetail(info, {"problem": info.problem})
-            return StepDetail(info, _content(entry))
+            opened = self._opened(entry) if entry is not None else None
+            if isinstance(opened, StepEntry):
+                return StepDetail(info, _content(opened))
+            shown = info if opened is None else replace(info, kind="damaged", problem=str(opened))
+            return StepDetail(shown, {"problem": shown.problem})
         raise KeyError(f"no step {number} in the durable cache at {self.store.location}")
 
     def delete_all(self) -> int:
@@ -181,6 +194,16 @@ class CacheReader:
         return doomed
 
     # --- reading ---------------------------------------------------------------------------------
+
+    def _opened(self, entry: StepEntry) -> StepEntry | CorruptEntry:
+        """``entry`` with its payload: as found, or (taken from its pack's listing) opened and verified now."""
+        survey = self.survey()
+        if entry.name not in survey.unopened:
+            return entry
+        try:
+            return self.store.open(survey.entries[entry.name][1])
+        except CorruptEntry as error:
+            return error
 
     def _read(self) -> list[tuple[StepInfo, StepEntry | None]]:
         survey = self.survey()

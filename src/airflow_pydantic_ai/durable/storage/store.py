@@ -58,6 +58,7 @@ from airflow_pydantic_ai.durable.storage.stored import (
     modified_time,
     newer,
     stored_bytes,
+    stored_digest,
     unverified_entries,
 )
 from airflow_pydantic_ai.durable.storage.tombstone import Mark, forgotten_by, is_tombstone
@@ -114,6 +115,9 @@ class StepStore:
     """The readable packs the last load found (a pack written from what it held replaces them)."""
     _forgotten_singles: set[str] = field(default_factory=set, repr=False)
     """Single entries the last load found holding only a copy a tombstone forgets: a pack removes them too."""
+    _listing: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    """Entry name -> its listing fields (``StepEntry.listing_fields``), for the held entries whose metadata this
+    store knows (verified or written here): what a pack's listing holds (``pack.py``)."""
 
     @classmethod
     def for_task(
@@ -186,12 +190,15 @@ class StepStore:
                 self.warn(f"Durable: ignoring cache entry {self.location}{where}: {reason}; that step will run live")
         return loaded
 
-    def survey(self) -> Survey:
+    def survey(self, *, listing_only: bool = False) -> Survey:
         """List the prefix, fetch the packs and single entries in one batched call, and verify each entry.
 
         A pack superseded by a readable pack is not read; an entry both packed and single counts once
         (the copy written last); a copy a tombstone forgets is not found at all, wherever it sits
         (``tombstone.py``). What this finds, the tombstones with it, is what :meth:`pack` packs.
+
+        ``listing_only`` (the read side): the steps a pack's listing describes are taken from it, not opened
+        (``Survey.unopened``; :meth:`open` verifies one when it is shown). Never for a replay.
         """
         survey = Survey()
         rows = self._listing_rows()
@@ -218,17 +225,27 @@ class StepStore:
             except CorruptEntry as error:
                 survey.damaged.append((StoredEntry(name, data, size, modified, name), error))
         replaced = {old for pack in packs.values() for old in pack.replaces}
+        listed: dict[str, dict[str, dict[str, Any]]] = {}
         for name, pack in packs.items():
             if name in replaced:
                 continue
             size, modified = rows.get(name, (0, None))
-            stored.extend(StoredEntry(entry, body, size, modified, name) for entry, body in pack.bodies.items())
-        self._held, self._unread = {}, {}
+            listed[name] = pack.listing(self.cipher) if listing_only else {}
+            for packed, body in pack.bodies.items():
+                listed_size = listed[name].get(packed, {}).get("size")
+                own_size = listed_size if isinstance(listed_size, int) else None
+                stored.append(StoredEntry(packed, body, size, modified, name, own_size))
+        self._held, self._unread, self._listing = {}, {}, {}
         self._packs_seen = set(packs)
         singles: list[tuple[StepEntry, StoredEntry]] = []
+        unopened: set[tuple[str, str]] = set()
         for item in stored:
             try:
-                entry = self._verify(item)
+                entry = self._listed(item, listed.get(item.container, {}))
+                if entry is None:
+                    entry = self._verify(item)
+                else:
+                    unopened.add((item.name, item.container))
             except CorruptEntry as error:
                 survey.damaged.append((item, error))
                 if item.in_pack and isinstance(item.data, dict):
@@ -240,8 +257,33 @@ class StepStore:
             if known is None or newer(entry, known[0]):
                 survey.entries[item.name] = (entry, item)
                 self._held[item.name] = (item.data, item.container)  # type: ignore[assignment]
+                self._listing[item.name] = entry.listing_fields()
+        # The copy found is the newest: a single entry written after the pack was opened like any other.
+        survey.unopened = {name for name, (_, item) in survey.entries.items() if (name, item.container) in unopened}
         self._honour_tombstones(survey, singles)
         return survey
+
+    @staticmethod
+    def _listed(item: StoredEntry, listing: dict[str, dict[str, Any]]) -> StepEntry | None:
+        """The entry as its pack's listing describes it (not opened), or None: not listed (a companion, a
+        tombstone, an older pack), listed with malformed fields, or no longer the very bytes the packer verified
+        (edited, damaged since): it is then opened as any other, and a damaged one is found damaged."""
+        fields = listing.get(item.name)
+        if fields is None or not item.in_pack or not isinstance(item.data, dict):
+            return None
+        if fields.get("digest") != stored_digest(stored_bytes(item.data)):
+            return None
+        try:
+            entry = StepEntry.listed(fields, name=item.name)
+        except CorruptEntry:
+            return None
+        if entry.is_companion or is_tombstone(entry):  # their payloads are read (calls, forgetting): opened
+            return None
+        return entry
+
+    def open(self, item: StoredEntry) -> StepEntry:
+        """Verify one entry a survey found (``listing_only``: one it did not open); raises ``CorruptEntry``."""
+        return self._verify(item)
 
     def _honour_tombstones(self, survey: Survey, singles: Sequence[tuple[StepEntry, StoredEntry]]) -> None:
         """Move the tombstones out of the survey's entries, and drop every copy they forget: the newest copy of a
@@ -312,7 +354,14 @@ class StepStore:
         stored = {name: stored_bytes(data) for name, (data, _) in {**carried, **held}.items()}
         replaces = sorted(self._packs_seen | {container for _, container in held.values() if is_pack_name(container)})
         name = str(pack_name(attempt, stored))
-        data = encode_pack(stored, attempt=attempt, owner=self.owner, replaces=replaces)
+        listing = {
+            entry: {**self._listing[entry], "size": len(stored[entry]), "digest": stored_digest(stored[entry])}
+            for entry in held
+            if entry in self._listing
+        }
+        data = encode_pack(
+            stored, attempt=attempt, owner=self.owner, replaces=replaces, listing=listing, cipher=self.cipher
+        )
         self._put(self._path(name), data, sync=True)  # it replaces objects: on disk before they go
         self.bytes_written += len(data)
         singles = sorted(entry for entry, (_, container) in held.items() if container == entry)
@@ -377,14 +426,19 @@ class StepStore:
 
     def put(self, entry: StepEntry) -> None:
         """Encode and write one entry. Raises the storage error; the caller decides what it means."""
-        self.write(entry.name, self.encode(entry))
+        self.write(entry.name, self.encode(entry), entry=entry)
 
-    def write(self, name: str, data: bytes) -> None:
-        """Write one encoded entry atomically: a PUT on object stores, temp file + rename on local disks."""
+    def write(self, name: str, data: bytes, *, entry: StepEntry | None = None) -> None:
+        """Write one encoded entry atomically: a PUT on object stores, temp file + rename on local disks.
+        ``entry`` (what ``data`` encodes) lets a pack list it (``pack.py``); without it, a reader opens it."""
         self._put(self._path(name), data)
         self.bytes_written += len(data)
         self.objects_written += 1
         self._held[name] = (data, name)
+        if entry is not None:
+            self._listing[name] = entry.listing_fields()
+        else:
+            self._listing.pop(name, None)
 
     def _put(self, path: str, data: bytes, *, sync: bool = False) -> None:
         if self.is_local:
@@ -452,6 +506,7 @@ class StepStore:
         known = set(ordered)
         ordered += sorted(name for name in listed if is_entry_name(name) and name not in known and name != RESULT_ENTRY)
         self._held, self._unread, self._packs_seen, self._forgotten_singles = {}, {}, set(), set()
+        self._listing = {}
         if not self.is_local:
             rest = sorted(listed - set(ordered) - {RESULT_ENTRY})
             self._remove_objects(ordered)

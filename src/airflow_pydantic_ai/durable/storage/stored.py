@@ -6,6 +6,7 @@ cache an attempt replays from, and the time of a listing row. No I/O: the store 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -13,7 +14,16 @@ from typing import Any
 
 from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry, is_entry_name, is_pack_name
 
-__all__ = ["LoadedCache", "StoredEntry", "Survey", "modified_time", "newer", "stored_bytes", "unverified_entries"]
+__all__ = [
+    "LoadedCache",
+    "StoredEntry",
+    "Survey",
+    "modified_time",
+    "newer",
+    "stored_bytes",
+    "stored_digest",
+    "unverified_entries",
+]
 
 
 def modified_time(info: dict[str, Any]) -> dt.datetime | None:
@@ -61,6 +71,8 @@ class StoredEntry:
     modified: dt.datetime | None
     container: str
     """The object that holds it: its own name, or the pack's."""
+    own_size: int | None = None
+    """Bytes of its stored form, when its pack's listing says (else worked out by :attr:`size`)."""
 
     @property
     def in_pack(self) -> bool:
@@ -71,6 +83,8 @@ class StoredEntry:
         """Bytes of this entry as stored: its object's, or, in a pack, its own stored form there (a pack keeps
         each entry byte for byte as it was stored singly). Worked out when asked: reading a cache to replay it
         never needs it."""
+        if self.own_size is not None:
+            return self.own_size
         if self.in_pack and isinstance(self.data, dict):
             return len(stored_bytes(self.data))
         return self.object_size
@@ -87,6 +101,9 @@ class Survey:
     bytes_read: int = 0
     tombstones: dict[str, tuple[StepEntry, StoredEntry]] = field(default_factory=dict)
     """The tombstones (``tombstone.py``), kept apart from the entries: never a step."""
+    unopened: set[str] = field(default_factory=set)
+    """Entries taken from their pack's listing and not opened (a ``listing_only`` survey): their payload is
+    empty; ``StepStore.open`` verifies one (the read side, for the step it shows)."""
 
 
 def stored_bytes(data: bytes | dict[str, Any]) -> bytes:
@@ -98,6 +115,12 @@ def stored_bytes(data: bytes | dict[str, Any]) -> bytes:
         return text.encode()
     except UnicodeEncodeError:  # lone surrogates (undecodable file names): ASCII escapes read back the same
         return json.dumps(data, separators=(",", ":")).encode()
+
+
+def stored_digest(data: bytes) -> str:
+    """The SHA-256 of an entry's stored form: a pack's listing names it, so that a reader knows an entry it does
+    not open is still the very one the packer verified (``pack.py``)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def newer(entry: StepEntry, than: StepEntry) -> bool:
