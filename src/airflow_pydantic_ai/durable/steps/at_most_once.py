@@ -307,6 +307,7 @@ def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
     if entry_name("tool", step.key) in run.entries:
         return None  # it finished (a tool named live in replay mode runs again by design)
     shown = step.shown()
+    label = call_label("tool", step.tool_name, step.call_id)  # how a call in doubt is named: it has no step (yet)
     if mark is None:
         why = run.unverified.get(name)
         if why is None:
@@ -322,7 +323,6 @@ def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
             why,
         )
         started = StartedCall.unknown(step.tool_name, step.call_id, step.arguments, why)
-        label = call_label("tool", step.tool_name, step.call_id)  # not step.shown(): the call has no step (yet)
         return CallInDoubt(step.key, run.answer_number, label, started, _answer_for(run, step, started), None)
     try:
         started = StartedCall.from_payload(mark.payload)
@@ -331,7 +331,6 @@ def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
         started = StartedCall(step.tool_name, step.call_id, step.arguments, mark.attempt, mark.recorded_at or 0.0)
     asking = asking_answer(mark, run.entries.values())
     asked_by = run.step_number(asking) if asking is not None else None
-    label = call_label("tool", step.tool_name, step.call_id)  # not step.shown(): the call has no step (yet)
     resolution = _answer_for(run, step, started)
     return CallInDoubt(step.key, run.answer_number, label, started, resolution, mark.scope, asked_by)
 
