@@ -40,7 +40,7 @@ def __getattr__(name: str) -> Any:
 
         return tool_checkpoint
     if name == "durable_attempt":
-        from airflow_pydantic_ai.durable_task.lifecycle import durable_attempt
+        from airflow_pydantic_ai.tries.lifecycle import durable_attempt
 
         return durable_attempt
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

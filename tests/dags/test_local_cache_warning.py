@@ -40,7 +40,7 @@ def _run_a_try_that_fails_then_succeeds(capfd: pytest.CaptureFixture[str], monke
 def test_a_local_cache_under_a_distributed_executor_warns_at_the_start_of_each_try(
     executor: str, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_pydantic_ai.durable_task.settings import default_cache_path
+    from airflow_pydantic_ai.tries.settings import default_cache_path
 
     monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", executor)
 

@@ -349,7 +349,7 @@ def test_show_a_damaged_entry_says_so(scenario: Scenario) -> None:
 
 def test_no_cache_and_bad_configuration_fail_in_one_line(scenario: Scenario) -> None:
     from airflow_pydantic_ai.durable.errors import DurableConfigError
-    from airflow_pydantic_ai.durable_task.settings import resolve_cache_path
+    from airflow_pydantic_ai.tries.settings import resolve_cache_path
 
     none = scenario.cli("show", "no_such_dag", "no_such_run", "triage")
     rm_none = scenario.cli("rm", "no_such_dag", "no_such_run", "triage", "--yes")

@@ -31,9 +31,9 @@ def _price(model: str, input_tokens: int, output_tokens: int) -> float:
 @pytest.mark.parametrize("model, priced", [("gpt-4o", True), ("acme-local-7b", False)])
 def test_cost_live_and_saved_for_a_priced_and_an_unpriced_model(monkeypatch, tmp_path, model, priced):
     from airflow_pydantic_ai.durable import CacheReader
-    from airflow_pydantic_ai.durable_task.lifecycle import task_identity
-    from airflow_pydantic_ai.durable_task.settings import open_cache_base
     from airflow_pydantic_ai.operators.agent import AgentOperator
+    from airflow_pydantic_ai.tries.lifecycle import task_identity
+    from airflow_pydantic_ai.tries.settings import open_cache_base
 
     def notify_team(ticket_id: int) -> str:
         """Notify the team; down on the first try."""

@@ -15,12 +15,12 @@ from tests.helpers.durable import RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.durable import StepStore
 from airflow_pydantic_ai.durable.errors import DurableConfigError
-from airflow_pydantic_ai.durable_task.cache_reach import (
+from airflow_pydantic_ai.tries.cache_reach import (
     configured_executors,
     executor_on_several_hosts,
     warn_when_a_retry_may_miss_the_cache,
 )
-from airflow_pydantic_ai.durable_task.settings import cache_declared_shared
+from airflow_pydantic_ai.tries.settings import cache_declared_shared
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic.types import ImportString
 
-from airflow_pydantic_ai.durable.steps.allowed_types import AllowedTypes
-from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
+from airflow_pydantic_ai.durable.encoding.allowed_types import AllowedTypes
+from airflow_pydantic_ai.durable.encoding.codec import UnsupportedValue, decode_value, encode_value
 
 HERE = AllowedTypes(modules=frozenset({__name__}))
 """What a tool defined in this module may return: the classes defined here."""

@@ -10,7 +10,7 @@ import pytest
 from tests.helpers.durable import DurableHarness
 from tests.helpers.weather import flaky_agent
 
-from airflow_pydantic_ai.durable_task.metrics import METRIC_NAMES, METRIC_PREFIX, airflow_stats, count_attempt
+from airflow_pydantic_ai.tries.metrics import METRIC_NAMES, METRIC_PREFIX, airflow_stats, count_attempt
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "retry_savings.rst"
 

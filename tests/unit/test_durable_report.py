@@ -13,9 +13,9 @@ from pydantic_ai.usage import RequestUsage
 from tests.helpers.weather import flaky_agent
 
 from airflow_pydantic_ai.durable import run_agent
-from airflow_pydantic_ai.durable.accounting import Accounting
-from airflow_pydantic_ai.durable.steps.cost import response_cost
-from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, DurableReport
+from airflow_pydantic_ai.durable.reporting.accounting import Accounting
+from airflow_pydantic_ai.durable.reporting.cost import response_cost
+from airflow_pydantic_ai.durable.reporting.report import REPORT_SCHEMA_VERSION, DurableReport
 
 
 def _reported(harness: Any, agent: Agent[Any, str], prompt: str) -> tuple[dict[str, Any], Any, Any]:
@@ -180,7 +180,7 @@ def test_a_budget_across_tries_covers_a_delegates_requests(harness):
     from pydantic_ai.usage import UsageLimits
     from tests.helpers.delegates import calls, helper_agent, outer_agent
 
-    from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
+    from airflow_pydantic_ai.durable.reporting.budget import RetryBudgetExceeded
 
     calls.clear()
 

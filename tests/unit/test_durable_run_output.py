@@ -253,7 +253,7 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
 def test_only_a_retry_takes_a_recorded_output(try_number, max_tries, retries, is_retry):
     from types import SimpleNamespace
 
-    from airflow_pydantic_ai.durable_task.which_try import retries_an_earlier_try
+    from airflow_pydantic_ai.tries.which_try import retries_an_earlier_try
 
     ti = SimpleNamespace(try_number=try_number, max_tries=max_tries, task=SimpleNamespace(retries=retries))
     assert retries_an_earlier_try(ti) is is_retry

@@ -47,7 +47,7 @@ def test_finish_deletes_everything(harness, tmp_path):
     ],
 )
 def test_whose_cache_it_is_follows_the_try_numbers(try_number, resuming, attempts, belongs):
-    from airflow_pydantic_ai.durable_task.which_try import ThisTry, cache_belongs_to_this_dag_run
+    from airflow_pydantic_ai.tries.which_try import ThisTry, cache_belongs_to_this_dag_run
 
     assert cache_belongs_to_this_dag_run(attempts, ThisTry(try_number, resuming)) is belongs
 
@@ -57,7 +57,7 @@ def test_a_rescheduled_try_owns_the_steps_of_its_own_try_number(reschedules, bel
     """A reschedule (3.4 retry policy RESCHEDULE, AirflowRescheduleException) keeps the try number."""
     from types import SimpleNamespace
 
-    from airflow_pydantic_ai.durable_task.which_try import ThisTry, cache_belongs_to_this_dag_run
+    from airflow_pydantic_ai.tries.which_try import ThisTry, cache_belongs_to_this_dag_run
 
     ti = SimpleNamespace(try_number=1, _ti_context_from_server=None)
     this_try = ThisTry.of(ti, reschedules=reschedules)

@@ -21,7 +21,7 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 from tests.helpers.durable import DurableHarness
 from tests.helpers.weather import flaky_agent
 
-from airflow_pydantic_ai.durable.steps.telemetry import HOLDS_BACK_REPLAYS, REPLAYED_ATTRIBUTE
+from airflow_pydantic_ai.durable.reporting.telemetry import HOLDS_BACK_REPLAYS, REPLAYED_ATTRIBUTE
 
 IDENTITY = {
     "airflow.dag_id": "weather",

@@ -48,7 +48,7 @@ def test_every_public_error_derives_from_the_one_base() -> None:
 @pytest.mark.parametrize(
     ("name", "old_base"),
     [
-        ("airflow_pydantic_ai.durable.steps.budget.RetryBudgetExceeded", UsageLimitExceeded),
+        ("airflow_pydantic_ai.durable.reporting.budget.RetryBudgetExceeded", UsageLimitExceeded),
         ("airflow_pydantic_ai.testing.ReplayFailed", AssertionError),
         ("airflow_pydantic_ai.durable.errors.FixtureError", ValueError),
         ("airflow_pydantic_ai.durable.errors.OutsideCacheBase", ValueError),

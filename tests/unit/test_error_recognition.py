@@ -11,8 +11,8 @@ import pytest
 from botocore.exceptions import ParamValidationError
 
 from airflow_pydantic_ai.durable import DurableConfigError
-from airflow_pydantic_ai.durable.steps.writer import is_configuration_error
-from airflow_pydantic_ai.durable_task.settings import resolve_cache_path
+from airflow_pydantic_ai.durable.attempt.writer import is_configuration_error
+from airflow_pydantic_ai.tries.settings import resolve_cache_path
 
 
 def test_botocores_parameter_error_is_a_configuration_error_by_type():

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic_ai.usage import RequestUsage
 from tests.helpers.durable import RecordingLog
 
-from airflow_pydantic_ai.durable.steps.stats import AttemptStats
+from airflow_pydantic_ai.durable.reporting.stats import AttemptStats
 from airflow_pydantic_ai.durable.wording import plural
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from airflow_pydantic_ai.approval.request import OutcomeCall, PendingCall, build
 from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt, find_call
 from airflow_pydantic_ai.durable.read import CacheReader
 from airflow_pydantic_ai.durable.side_effects import OutcomeRules, Resolution, resolution_entry
-from airflow_pydantic_ai.durable_task.lifecycle import NO_PERSON_IN_A_PLAIN_TASK, outcome_rules
-from airflow_pydantic_ai.durable_task.settings import on_unknown_outcome_option
+from airflow_pydantic_ai.tries.lifecycle import NO_PERSON_IN_A_PLAIN_TASK, outcome_rules
+from airflow_pydantic_ai.tries.settings import on_unknown_outcome_option
 
 
 def _param(default: Any, **schema: Any) -> dict[str, Any]:

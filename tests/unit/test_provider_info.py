@@ -193,7 +193,7 @@ def test_provider_config_defaults_are_readable_through_airflow_conf(monkeypatch:
 
 def test_durable_max_entry_bytes_is_read_once_with_the_settings(monkeypatch):
     from airflow_pydantic_ai.durable.errors import DurableConfigError
-    from airflow_pydantic_ai.durable_task.settings import _max_entry_bytes
+    from airflow_pydantic_ai.tries.settings import _max_entry_bytes
 
     assert _max_entry_bytes() == 16 * 1024 * 1024
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_MAX_ENTRY_BYTES", "1048576")

@@ -16,7 +16,7 @@ from tests.helpers.compat import requires_pydantic_ai
 from tests.helpers.durable import DurableHarness, tool_returns
 
 from airflow_pydantic_ai.durable import live_tool
-from airflow_pydantic_ai.durable.steps.codec import decode_response, encode_response
+from airflow_pydantic_ai.durable.encoding.codec import decode_response, encode_response
 
 CALLS: Counter[str] = Counter()
 

@@ -178,8 +178,8 @@ def test_a_step_shows_its_recorded_value_plain_and_as_stored_on_request(tmp_path
     import datetime as dt
 
     from airflow_pydantic_ai.cache_tools.access import CacheAccess
-    from airflow_pydantic_ai.durable.steps.allowed_types import AllowedTypes
-    from airflow_pydantic_ai.durable.steps.codec import encode_value
+    from airflow_pydantic_ai.durable.encoding.allowed_types import AllowedTypes
+    from airflow_pydantic_ai.durable.encoding.codec import encode_value
     from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
     value = {"ticket": Ticket(42, ("auth", "login")), "when": dt.date(2026, 11, 25), "raw": b"\x00", 1: [1.5, None]}

@@ -16,8 +16,8 @@ from pydantic_ai.toolsets import FunctionToolset
 from tests.helpers.durable import DurableHarness, task_identity
 
 from airflow_pydantic_ai.durable import CacheReader, DurableConfigError
-from airflow_pydantic_ai.durable.steps.opening import Recording
-from airflow_pydantic_ai.durable.steps.replay_policy import ReplayMiss, ReplayPolicy, check_mode
+from airflow_pydantic_ai.durable.attempt.opening import Recording
+from airflow_pydantic_ai.durable.attempt.replay_policy import ReplayMiss, ReplayPolicy, check_mode
 from airflow_pydantic_ai.durable.storage.fixtures import FixtureError, fixture_path, read_fixture, write_fixture
 
 SECRET = "hunter2-very-secret"

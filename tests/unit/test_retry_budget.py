@@ -13,7 +13,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 from tests.helpers.weather import agent_failing_once
 
-from airflow_pydantic_ai.durable.steps.budget import RetryBudgetExceeded
+from airflow_pydantic_ai.durable.reporting.budget import RetryBudgetExceeded
 
 
 def test_a_retry_is_stopped_before_the_request_that_would_exceed_the_budget(harness):

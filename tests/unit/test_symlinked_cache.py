@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from tests.helpers.durable import RecordingLog, local_store, task_identity
 
+from airflow_pydantic_ai.durable.attempt.cleanup import delete_after_success
 from airflow_pydantic_ai.durable.errors import OutsideCacheBase
 from airflow_pydantic_ai.durable.read import CacheReader
-from airflow_pydantic_ai.durable.steps.cleanup import delete_after_success
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
 IDENTITY = task_identity("dag", "task")

@@ -521,7 +521,7 @@ def test_every_supported_type_is_tagged_in_the_entry(tmp_path):
 
 def test_a_result_over_durable_max_entry_bytes_is_not_cached_and_runs_again_on_a_retry(tmp_path):
     """Issue 35 (9): a 50 MB result is over the 16 MiB default: a WARNING names the tool; a retry runs it again."""
-    from airflow_pydantic_ai.durable_task.settings import DEFAULT_MAX_ENTRY_BYTES
+    from airflow_pydantic_ai.tries.settings import DEFAULT_MAX_ENTRY_BYTES
 
     big = "x" * (50 * 1024 * 1024)
     calls = {"n": 0}

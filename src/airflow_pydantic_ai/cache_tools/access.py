@@ -2,7 +2,7 @@
 
 The one way both the view and ``airflow pydantic-ai cache show|rm`` open a cache, render a step and list the
 calls in doubt (``at_most_once()`` calls a try started and never finished) with the command that resolves one. The
-store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.durable_task.lifecycle`): the configured
+store is built exactly as the task builds it (:mod:`airflow_pydantic_ai.tries.lifecycle`): the configured
 ``[pydantic_ai] durable_cache_path``, the Fernet cipher when ``durable_encrypt`` is on, the storage
 timeout. So both read what the task wrote, with the same step numbering.
 
@@ -84,7 +84,7 @@ class CacheAccess:
         for call in marked_calls(self.reader):
             command = ""
             if call.state == "unfinished":
-                from airflow_pydantic_ai.durable_task.lifecycle import cache_resolve_command
+                from airflow_pydantic_ai.tries.lifecycle import cache_resolve_command
 
                 command = (
                     f"{cache_resolve_command(self.identity)} --call {call.ref} --happened --result "
@@ -131,7 +131,7 @@ class ShownCall:
 def loop_caches(base: Any, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> list[CacheSummary]:
     """The caches a task (one map index of it) left inside an Airflow 3.4 loop, one per iteration, in path order.
 
-    ``base``: the opened cache base (``durable_task.settings.open_cache_base()``). Lists only the task's prefix.
+    ``base``: the opened cache base (``tries.settings.open_cache_base()``). Lists only the task's prefix.
     """
     within = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id).segments()[:3]
     return [
@@ -156,7 +156,7 @@ def open_cache(
     wrong (the message names the option), :class:`OutsideCacheBase` if the prefix escapes the base,
     :class:`NoSuchIteration` when ``iteration`` is given and that iteration left no cache.
     """
-    from airflow_pydantic_ai.durable_task.settings import open_cache_base
+    from airflow_pydantic_ai.tries.settings import open_cache_base
 
     identity = TaskIdentity(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=int(map_index))
     base = open_cache_base()

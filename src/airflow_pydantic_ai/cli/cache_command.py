@@ -1,7 +1,7 @@
 """``airflow pydantic-ai cache list|show|rm|gc``: look at, delete and clean up durable caches.
 
 Every command opens the cache location exactly as a task does
-(:func:`~airflow_pydantic_ai.durable_task.settings.open_cache_base`: the same URL resolution, connection,
+(:func:`~airflow_pydantic_ai.tries.settings.open_cache_base`: the same URL resolution, connection,
 Fernet cipher and timeout), so a misconfiguration gives the task's error; one task instance's cache
 is opened and its steps rendered as the UI view does (:mod:`~airflow_pydantic_ai.cache_tools.access`), and
 what a task instance's state allows is decided as the view decides it
@@ -94,7 +94,7 @@ def _one_line(text: str) -> str:
 
 
 def _base() -> Any:
-    from airflow_pydantic_ai.durable_task.settings import open_cache_base
+    from airflow_pydantic_ai.tries.settings import open_cache_base
 
     return open_cache_base()
 
@@ -424,7 +424,7 @@ def _doubts_forgotten(access: CacheAccess, identity: TaskIdentity, args: Any) ->
     """The calls in doubt deleting the whole cache forgets; refused (naming each) without --forget-calls-in-doubt.
     ``cache rm --from-step`` keeps them: the start marks and answers are not numbered steps."""
     from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt, forgetting_refused
-    from airflow_pydantic_ai.durable_task.lifecycle import cache_resolve_command
+    from airflow_pydantic_ai.tries.lifecycle import cache_resolve_command
 
     doubts = calls_in_doubt(access.reader)
     if doubts and not getattr(args, "forget_calls_in_doubt", False):

@@ -24,7 +24,7 @@ __all__ = ["cache_export", "cache_verify"]
 def cache_export(args: Any) -> None:
     """Write a task instance's kept cache as a fixture (the task's file in folder ``args.dest``)."""
     from airflow_pydantic_ai.durable.read import write_fixture
-    from airflow_pydantic_ai.durable_task.modes import mask
+    from airflow_pydantic_ai.tries.modes import mask
 
     with _user_errors():
         identity = _identity(args)
@@ -99,7 +99,7 @@ def _verify(dag: Any, task: Any, args: Any) -> Any:
     except FixtureError as error:
         return Verdict(task.task_id, "error", str(error))
     with tempfile.TemporaryDirectory(prefix="pydantic-ai-verify-") as empty:
-        from airflow_pydantic_ai.durable_task.settings import open_cache_base
+        from airflow_pydantic_ai.tries.settings import open_cache_base
 
         base = open_cache_base(f"file://{empty}")
         store = base.store_for(TaskIdentity(dag.dag_id, "verify", task.task_id, args.map_index))

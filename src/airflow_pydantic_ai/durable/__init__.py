@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Any
 from airflow_pydantic_ai.durable.faces import load_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.embedding import attempt_block, note_ending
+    from airflow_pydantic_ai.durable.attempt.embedding import attempt_block, note_ending
+    from airflow_pydantic_ai.durable.attempt.opening import AttemptOptions, Recording
+    from airflow_pydantic_ai.durable.attempt.replay_policy import DurableMode, ReplayPolicy, check_mode
+    from airflow_pydantic_ai.durable.attempt.run import DurableRun
     from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
     from airflow_pydantic_ai.durable.interception.run_agent import run_agent
     from airflow_pydantic_ai.durable.interception.toolset import live_tool
+    from airflow_pydantic_ai.durable.reporting.report import DurableReport
+    from airflow_pydantic_ai.durable.reporting.stats import TaskLogger
     from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
-    from airflow_pydantic_ai.durable.steps.opening import AttemptOptions, Recording
-    from airflow_pydantic_ai.durable.steps.replay_policy import DurableMode, ReplayPolicy, check_mode
-    from airflow_pydantic_ai.durable.steps.report import DurableReport
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
-    from airflow_pydantic_ai.durable.steps.stats import TaskLogger
     from airflow_pydantic_ai.durable.storage.identity import Region, TaskIdentity, make_private_folders
     from airflow_pydantic_ai.durable.storage.store import StepStore
 
@@ -61,34 +61,34 @@ __all__ = [
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
-    "AttemptOptions": "steps.opening",
+    "AttemptOptions": "attempt.opening",
     "Decision": "steps.decision",
     "DecisionStep": "steps.decision",
     "DurableCapability": "interception.capability",
-    "DurableMode": "steps.replay_policy",
-    "DurableReport": "steps.report",
-    "DurableRun": "steps.run",
-    "Recording": "steps.opening",
+    "DurableMode": "attempt.replay_policy",
+    "DurableReport": "reporting.report",
+    "DurableRun": "attempt.run",
+    "Recording": "attempt.opening",
     "Region": "storage.identity",
-    "ReplayPolicy": "steps.replay_policy",
+    "ReplayPolicy": "attempt.replay_policy",
     "StepStore": "storage.store",
     "TaskIdentity": "storage.identity",
-    "TaskLogger": "steps.stats",
+    "TaskLogger": "reporting.stats",
     "WaitingForDecisions": "interception.approvals",
-    "attempt_block": "embedding",
-    "check_mode": "steps.replay_policy",
+    "attempt_block": "attempt.embedding",
+    "check_mode": "attempt.replay_policy",
     "live_tool": "interception.toolset",
     "make_private_folders": "storage.identity",
-    "note_ending": "embedding",
+    "note_ending": "attempt.embedding",
     "run_agent": "interception.run_agent",
 }
 
 # Names docs/api.rst listed on this face before the read side and the errors got faces of their own: users'
 # code keeps importing them from here. Not part of the face (the Airflow side uses ``read`` and ``errors``).
 _DOCUMENTED_BEFORE = {
-    "REPORT_SCHEMA_VERSION": "steps.report",
-    "REPORT_XCOM_KEY": "steps.report",
-    "SUMMARY_TEMPLATE": "steps.stats",
+    "REPORT_SCHEMA_VERSION": "reporting.report",
+    "REPORT_XCOM_KEY": "reporting.report",
+    "SUMMARY_TEMPLATE": "reporting.stats",
     "TOOL_CONFIG_KEY": "interception.toolset",
     "CacheReader": "storage.reader",
     "DurableConfigError": "errors",
@@ -96,9 +96,9 @@ _DOCUMENTED_BEFORE = {
     "DurableStorageError": "errors",
     "StepDetail": "storage.reader",
     "StepInfo": "storage.reader",
-    "attempt_scope": "steps.nesting",
+    "attempt_scope": "attempt.nesting",
     "describe_error": "errors",
-    "secret_check": "steps.writer",
+    "secret_check": "attempt.writer",
 }
 
 

@@ -16,17 +16,17 @@ Public errors (a user, a test or the Airflow side may catch them):
   ``airflow_pydantic_ai.testing.ReplayFailed``, in every failed replay, and the docs quote it).
 - ``OutsideCacheBase`` and ``NoSuchIteration``: the ids given to ``cache`` commands or the view lead
   outside the cache base, or to no cache of that loop iteration.
-- ``OutcomeUnknown`` (defined in ``steps/at_most_once.py``, beside the call in doubt it carries): an
+- ``OutcomeUnknown`` (defined in ``side_effects/once.py``, beside the call in doubt it carries): an
   at-most-once call an earlier try started and never finished, which this try may not run again.
-- ``CheckpointRefused`` (defined in ``steps/checkpoint.py``, beside ``tool_checkpoint()``): a value a resumable
+- ``CheckpointRefused`` (defined in ``side_effects/checkpoint.py``, beside ``tool_checkpoint()``): a value a resumable
   tool tried to save that cannot come back identical, or that holds a secret; nothing was saved.
-- ``RetryBudgetExceeded`` (defined in ``steps/budget.py``: it is also pydantic-ai's
+- ``RetryBudgetExceeded`` (defined in ``reporting/budget.py``: it is also pydantic-ai's
   ``UsageLimitExceeded``, and this module imports nothing, so that the read side and the CLI can catch
   these errors without importing pydantic-ai).
 
 Internal signals, raised and caught inside the engine and never meant to reach a user; they derive from
 the base too, and stay beside the code that raises them: ``CorruptEntry`` and ``SealedEntry``
-(``storage/entry.py``), ``UnsupportedValue`` (``steps/codec.py``), ``FingerprintError``
+(``storage/entry.py``), ``UnsupportedValue`` (``encoding/codec.py``), ``FingerprintError``
 (``keys/canonical.py``). Private exceptions (a leading underscore) are not covered.
 
 Each subclasses the built-in error it always was (``ValueError``, ``RuntimeError``, ``LookupError``,

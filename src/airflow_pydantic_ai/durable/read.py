@@ -1,7 +1,7 @@
 """The read side's face: what the ``cache`` and ``fixture`` commands, the UI view and the pytest plugin use to
 find, read, price and copy a task instance's cache, without opening an attempt.
 
-Also the XCom key and schema version of a durable try's report (the pytest plugin reads it; ``durable_task/report.py``
+Also the XCom key and schema version of a durable try's report (the pytest plugin reads it; ``tries/report.py``
 pushes it). The names are imported on first use, and none of the read side's own imports pydantic-ai
 (``airflow pydantic-ai cache list`` stays light); :func:`marked_calls` loads it only for a cache that holds the
 start mark of an ``at_most_once()`` call, to read the answers about it as a retry does. The engine's main face,
@@ -17,8 +17,8 @@ from airflow_pydantic_ai.durable.faces import load_name
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.keys.releases import installed_release
     from airflow_pydantic_ai.durable.keys.schemes import recorded_release
-    from airflow_pydantic_ai.durable.steps.marked_calls import MarkedCall, marked_calls
-    from airflow_pydantic_ai.durable.steps.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY
+    from airflow_pydantic_ai.durable.reporting.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY
+    from airflow_pydantic_ai.durable.side_effects.marked_calls import MarkedCall, marked_calls
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
     from airflow_pydantic_ai.durable.storage.entry import StepEntry
     from airflow_pydantic_ai.durable.storage.fixtures import read_fixture, write_fixture
@@ -55,12 +55,12 @@ __all__ = [
 ]
 
 _HOMES = {
-    "REPORT_SCHEMA_VERSION": "steps.report",
-    "REPORT_XCOM_KEY": "steps.report",
+    "REPORT_SCHEMA_VERSION": "reporting.report",
+    "REPORT_XCOM_KEY": "reporting.report",
     "AttemptRecord": "storage.notes",
     "CacheReader": "storage.reader",
     "CacheSummary": "storage.catalog",
-    "MarkedCall": "steps.marked_calls",
+    "MarkedCall": "side_effects.marked_calls",
     "StepCost": "storage.step_costs",
     "StepDetail": "storage.reader",
     "StepEntry": "storage.entry",
@@ -71,7 +71,7 @@ _HOMES = {
     "is_shortened": "storage.identity",
     "latest_attempt": "storage.notes",
     "list_caches": "storage.catalog",
-    "marked_calls": "steps.marked_calls",
+    "marked_calls": "side_effects.marked_calls",
     "parse_place": "storage.identity",
     "plural": "wording",
     "read_fixture": "storage.fixtures",

@@ -1,7 +1,7 @@
 """Words for people, one rule for every floor: the task log, ``cache show`` and the view say "1 step", "2 steps",
 and name a call "tool lookup (call c1)".
 
-(The summary line is the one exception: its wording is fixed for dashboards, see ``steps/stats.py``.)
+(The summary line is the one exception: its wording is fixed for dashboards, see ``reporting/stats.py``.)
 """
 
 from __future__ import annotations

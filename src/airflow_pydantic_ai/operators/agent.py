@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from airflow_pydantic_ai.approval import Resume
     from airflow_pydantic_ai.durable import DurableRun
-    from airflow_pydantic_ai.durable_task.modes import ModeSettings
+    from airflow_pydantic_ai.tries.modes import ModeSettings
 
 __all__ = ["AgentOperator"]
 
@@ -146,12 +146,12 @@ class AgentOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         if on_clear is not None:
-            from airflow_pydantic_ai.durable_task.settings import check_on_clear
+            from airflow_pydantic_ai.tries.settings import check_on_clear
 
             check_on_clear(on_clear, "AgentOperator on_clear=")
         self.on_clear = on_clear
         if on_unknown_outcome is not None:
-            from airflow_pydantic_ai.durable_task.settings import check_on_unknown_outcome
+            from airflow_pydantic_ai.tries.settings import check_on_unknown_outcome
 
             check_on_unknown_outcome(on_unknown_outcome, "AgentOperator on_unknown_outcome=")
         self.on_unknown_outcome = on_unknown_outcome
@@ -224,7 +224,7 @@ class AgentOperator(BaseOperator):
         )
 
     def execute(self, context: Any) -> Any:
-        from airflow_pydantic_ai.durable_task.modes import replay_misses_fail_at_once
+        from airflow_pydantic_ai.tries.modes import replay_misses_fail_at_once
 
         with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=None)
@@ -232,14 +232,14 @@ class AgentOperator(BaseOperator):
     def resume_after_approval(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
         """Airflow calls this (instead of ``execute``) when a person answered, or the approval timed out."""
         from airflow_pydantic_ai.approval import Resume
-        from airflow_pydantic_ai.durable_task.modes import replay_misses_fail_at_once
+        from airflow_pydantic_ai.tries.modes import replay_misses_fail_at_once
 
         with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
 
     def _execute(self, context: Any, resume: Resume | None) -> Any:
-        from airflow_pydantic_ai.durable_task.modes import ModeSettings
-        from airflow_pydantic_ai.durable_task.settings import DurableArguments
+        from airflow_pydantic_ai.tries.modes import ModeSettings
+        from airflow_pydantic_ai.tries.settings import DurableArguments
 
         arguments = DurableArguments(  # one value, read once this try (templates are rendered by now)
             durable=self.durable,
@@ -259,8 +259,8 @@ class AgentOperator(BaseOperator):
             _refuse_external_tools(agent)
             return _to_xcom(self._run_plain(agent, prompt, model).output)
         from airflow_pydantic_ai.durable import DurableRun, run_agent
-        from airflow_pydantic_ai.durable_task.lifecycle import hint_at_retries, note_how_the_try_ends, start_durable_run
-        from airflow_pydantic_ai.durable_task.report import publish_report
+        from airflow_pydantic_ai.tries.lifecycle import hint_at_retries, note_how_the_try_ends, start_durable_run
+        from airflow_pydantic_ai.tries.report import publish_report
 
         try:
             # First: a cache left by an earlier DAG run with this run_id is dropped on try 1 even when
@@ -336,7 +336,7 @@ class AgentOperator(BaseOperator):
             from airflow.sdk.bases.xcom import BaseXCom
 
             context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=output)
-        from airflow_pydantic_ai.durable_task.lifecycle import task_identity
+        from airflow_pydantic_ai.tries.lifecycle import task_identity
 
         # durable_mode = record with fixtures writes the fixture; durable_keep_cache keeps the cache.
         if not self._modes.after_success(run, task_identity(context["ti"]), self.log):
@@ -350,7 +350,7 @@ class AgentOperator(BaseOperator):
         The callback goes on this try's copy of the operator (the task runner executes a copy), first in
         the list, before the DAG author's own callbacks.
         """
-        from airflow_pydantic_ai.durable_task.lifecycle import delete_cache_after_success
+        from airflow_pydantic_ai.tries.lifecycle import delete_cache_after_success
 
         delete_cache_after_success(self, run)
 

@@ -121,7 +121,7 @@ class DurableReplay:
         agents = [task for task in target.tasks if _is_agent_task(task)]
         if not agents:
             raise ValueError(f"{target.dag_id} has no agent task (AgentOperator, @task.pydantic_ai) to run")
-        from airflow_pydantic_ai.durable_task.modes import listening_for_replay_misses
+        from airflow_pydantic_ai.tries.modes import listening_for_replay_misses
 
         misses: list[str] = []
         with (

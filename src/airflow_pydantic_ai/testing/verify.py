@@ -70,7 +70,7 @@ def verify_task(
     """Replay ``store``'s steps (and ``extra``, a fixture's) for ``task`` in replay mode, calling nothing live."""
     from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, Recording, ReplayPolicy, run_agent
     from airflow_pydantic_ai.durable.errors import ReplayMiss
-    from airflow_pydantic_ai.durable_task.modes import mask
+    from airflow_pydantic_ai.tries.modes import mask
 
     policy = ReplayPolicy(mode="replay", mask=mask, source=source, agent=f"the agent of task {task.task_id!r}")
     options = AttemptOptions(policy=policy, recording=Recording(extra, source) if extra else None)
@@ -87,7 +87,7 @@ def verify_task(
     try:
         run_agent(run, agent, prompt, model=model, usage_limits=task.usage_limits, deps=task.deps)
     except Exception as error:
-        from airflow_pydantic_ai.durable_task.modes import find_error
+        from airflow_pydantic_ai.tries.modes import find_error
 
         miss = find_error(error, ReplayMiss)
         if isinstance(miss, ReplayMiss) and miss.changed:

@@ -162,7 +162,7 @@ def _opened_task(task: TaskRef) -> tuple[CacheAccess, TaskRow]:
 def _loop_iterations(task: TaskRef) -> list[int]:
     """The loop iterations (Airflow 3.4) the task left caches in; [] when it never ran in a loop."""
     from airflow_pydantic_ai.cache_tools.access import loop_caches
-    from airflow_pydantic_ai.durable_task.settings import open_cache_base
+    from airflow_pydantic_ai.tries.settings import open_cache_base
 
     try:
         caches = loop_caches(open_cache_base(), task.dag_id, task.run_id, task.task_id, task.map_index)
@@ -399,7 +399,7 @@ def _target(task: TaskRef) -> tuple[str, ...]:
 def _refuse_calls_in_doubt(task: TaskRef, access: CacheAccess) -> None:
     """Issue 35: deleting a cache that holds a call in doubt would forget it; refused as ``cache rm`` refuses it."""
     from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt, forgetting_refused
-    from airflow_pydantic_ai.durable_task.lifecycle import cache_resolve_command
+    from airflow_pydantic_ai.tries.lifecycle import cache_resolve_command
 
     doubts = calls_in_doubt(access.reader)
     if doubts:

@@ -25,7 +25,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from airflow_pydantic_ai.durable.steps.run import DurableRun
+from airflow_pydantic_ai.durable.attempt.run import DurableRun
 from airflow_pydantic_ai.durable.storage.store import StepStore
 from airflow_pydantic_ai.operators.agent import AgentOperator
 

@@ -37,10 +37,10 @@ from typing_inspection import typing_objects
 from typing_inspection.introspection import is_union_origin
 
 from airflow_pydantic_ai.durable import _pydantic_ai
+from airflow_pydantic_ai.durable.attempt.run import DurableRun
 from airflow_pydantic_ai.durable.errors import ApprovalsUnsupported
 from airflow_pydantic_ai.durable.interception.unrecorded import AttemptUsage
 from airflow_pydantic_ai.durable.steps.decision import DecisionStep
-from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = [
     "ApprovalsUnsupported",

@@ -3,7 +3,7 @@
 ``DurableCapability()`` (no arguments) can sit on an agent for good (``Agent(..., capabilities=[
 DurableCapability()])``): when a run starts inside a durable attempt (the operator's ``durable=True``,
 :func:`~airflow_pydantic_ai.durable_attempt` in a plain task), it finds the attempt through a context
-variable and records into it, scoped under the step that started the run (see ``steps/nesting.py``);
+variable and records into it, scoped under the step that started the run (see ``attempt/nesting.py``);
 anywhere else (a test, a notebook, a task that is not durable) it does nothing at all.
 
 Guarantees: one agent run records once, however many durable capabilities it carries; a run's place in
@@ -26,15 +26,15 @@ from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
 from airflow_pydantic_ai.durable import _pydantic_ai
+from airflow_pydantic_ai.durable.attempt.nesting import current_place
+from airflow_pydantic_ai.durable.attempt.run import DurableRun
+from airflow_pydantic_ai.durable.encoding.allowed_types import declared_output
 from airflow_pydantic_ai.durable.interception.context_model import RunContextModel
 from airflow_pydantic_ai.durable.interception.live_operations import name_live_operations
 from airflow_pydantic_ai.durable.interception.model import CachingModel
 from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
 from airflow_pydantic_ai.durable.interception.toolset import CachingToolset
 from airflow_pydantic_ai.durable.keys.run_ids import stable_conversation_id
-from airflow_pydantic_ai.durable.steps.allowed_types import declared_output
-from airflow_pydantic_ai.durable.steps.nesting import current_place
-from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["DurableCapability"]
 

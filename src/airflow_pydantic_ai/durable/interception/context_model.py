@@ -8,7 +8,7 @@ run live on every try, unseen. :func:`with_recorded_model` gives the tool a copy
 receives: a public hook, nothing of pydantic-ai is patched).
 
 Guarantees: the tool's requests are the steps of one run scoped under the tool call's step, exactly like
-a delegate's (``steps/nesting.py``), bound at the first request (a tool that never asks the model takes
+a delegate's (``attempt/nesting.py``), bound at the first request (a tool that never asks the model takes
 no place, so the delegates it starts keep their indexes); they are recorded while the call runs live and
 replayed when the call runs again on a retry; when the call itself replays, nothing inside it runs. A
 live tool (``live_tool()``) has no key: its requests run live and are not recorded. An agent run given
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai import RunContext
 
+from airflow_pydantic_ai.durable.attempt.nesting import Place, current_place
 from airflow_pydantic_ai.durable.interception.model import CachingModel
-from airflow_pydantic_ai.durable.steps.nesting import Place, current_place
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.run import DurableRun
 
 __all__ = ["RunContextModel", "with_recorded_model"]
 

@@ -19,7 +19,7 @@ from airflow_pydantic_ai.durable import _pydantic_ai
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
 
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.run import DurableRun
 
 __all__ = ["name_live_operations"]
 

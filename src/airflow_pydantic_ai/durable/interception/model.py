@@ -12,14 +12,14 @@ from pydantic_ai.models import CompletedStreamedResponse, ModelRequestParameters
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
+from airflow_pydantic_ai.durable.attempt.lookup import compacted
 from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
-from airflow_pydantic_ai.durable.steps.lookup import compacted
 
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
 
+    from airflow_pydantic_ai.durable.attempt.run import DurableRun
     from airflow_pydantic_ai.durable.steps.model_step import ModelStep
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
 
 __all__ = ["CachingModel"]
 

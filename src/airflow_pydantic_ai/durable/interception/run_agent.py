@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
+from airflow_pydantic_ai.durable.attempt.nesting import attempt_scope
 from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions, run_until_decision_needed
 from airflow_pydantic_ai.durable.interception.capability import DurableCapability
-from airflow_pydantic_ai.durable.steps.nesting import attempt_scope
-from airflow_pydantic_ai.durable.steps.telemetry import telemetry_scope
+from airflow_pydantic_ai.durable.reporting.telemetry import telemetry_scope
 
 if TYPE_CHECKING:
     from pydantic_ai import Agent
     from pydantic_ai.agent import AgentRunResult
     from pydantic_ai.usage import UsageLimits
 
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.run import DurableRun
 
 __all__ = ["run_agent"]
 

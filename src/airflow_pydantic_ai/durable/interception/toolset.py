@@ -16,13 +16,13 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.toolsets.wrapper import WrapperToolset
 
 from airflow_pydantic_ai.durable import _pydantic_ai
+from airflow_pydantic_ai.durable.encoding.allowed_types import declared_by
 from airflow_pydantic_ai.durable.interception.context_model import RunContextModel, with_recorded_model
-from airflow_pydantic_ai.durable.steps.allowed_types import declared_by
-from airflow_pydantic_ai.durable.steps.in_flight import CallInFlight, running_call
+from airflow_pydantic_ai.durable.side_effects.in_flight import CallInFlight, running_call
 from airflow_pydantic_ai.durable.steps.tool_step import CANCELLED_RUN_GRACE
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.run import DurableRun
 
 __all__ = ["CANCELLED_RUN_GRACE", "TOOL_CONFIG_KEY", "CachingToolset", "at_most_once", "live_tool"]
 

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic_ai.usage import RequestUsage, RunUsage
 
 from airflow_pydantic_ai.durable import _pydantic_ai
-from airflow_pydantic_ai.durable.steps.nesting import current_place
+from airflow_pydantic_ai.durable.attempt.nesting import current_place
 
 __all__ = ["AttemptUsage", "describe_agent"]
 

@@ -22,7 +22,7 @@ from pydantic_ai.tools import ToolDenied
 from airflow_pydantic_ai.durable.storage.entry import DECISION_KIND, StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.owner import StepOwner
+    from airflow_pydantic_ai.durable.attempt.owner import StepOwner
 
 __all__ = ["Decision", "DecisionStep"]
 

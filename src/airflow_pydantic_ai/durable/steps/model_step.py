@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.usage import RequestUsage
 
+from airflow_pydantic_ai.durable.encoding.codec import decode_response, encode_response
 from airflow_pydantic_ai.durable.keys.chain import ModelKey
-from airflow_pydantic_ai.durable.steps.codec import decode_response, encode_response
-from airflow_pydantic_ai.durable.steps.cost import response_cost
+from airflow_pydantic_ai.durable.reporting.cost import response_cost
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.owner import StepOwner
+    from airflow_pydantic_ai.durable.attempt.owner import StepOwner
 
 __all__ = ["ModelStep"]
 

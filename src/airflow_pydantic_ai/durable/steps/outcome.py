@@ -20,8 +20,8 @@ from pydantic import TypeAdapter
 from pydantic_ai.exceptions import ModelRetry, ToolFailed, ToolRetryError
 from pydantic_ai.messages import RetryFeedbackPart, ToolReturnPart
 
-from airflow_pydantic_ai.durable.steps.allowed_types import UNDECLARED, AllowedTypes
-from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue, decode_value, encode_value
+from airflow_pydantic_ai.durable.encoding.allowed_types import UNDECLARED, AllowedTypes
+from airflow_pydantic_ai.durable.encoding.codec import UnsupportedValue, decode_value, encode_value
 
 __all__ = ["Raised", "RetrySignal", "Returned", "ToolOutcome", "Validating", "decode_outcome", "encode_outcome"]
 

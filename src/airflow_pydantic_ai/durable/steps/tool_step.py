@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed, ToolRetryError
 
-from airflow_pydantic_ai.durable.steps.allowed_types import AllowedTypes
-from airflow_pydantic_ai.durable.steps.codec import UnsupportedValue
+from airflow_pydantic_ai.durable.encoding.allowed_types import AllowedTypes
+from airflow_pydantic_ai.durable.encoding.codec import UnsupportedValue
 from airflow_pydantic_ai.durable.steps.outcome import (
     Raised,
     RetrySignal,
@@ -39,7 +39,7 @@ from airflow_pydantic_ai.durable.steps.outcome import (
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.steps.owner import StepOwner
+    from airflow_pydantic_ai.durable.attempt.owner import StepOwner
 
 __all__ = ["CANCELLED_RUN_GRACE", "ToolStep"]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from airflow_pydantic_ai.durable.accounting import Spend
 from airflow_pydantic_ai.durable.kinds import KINDS
+from airflow_pydantic_ai.durable.reporting.accounting import Spend
 from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = ["StepCost", "format_usd", "replay_total"]

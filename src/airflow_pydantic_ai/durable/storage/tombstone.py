@@ -1,7 +1,7 @@
 """Tombstones: the mark that forgets the entries a run failed on, whichever object holds a copy of them.
 
 A run that gives up (``UnexpectedModelBehavior``) must not have its last answer, nor the retries that answer
-drew, replayed by the next try (``steps/ending.py``). Deleting them is not enough: a copy may sit in a pack
+drew, replayed by the next try (``attempt/ending.py``). Deleting them is not enough: a copy may sit in a pack
 that is rewritten only later (a kill in between leaves it there), and a zombie try that loaded it may pack it
 again after it was deleted. So the attempt first writes one tombstone, an entry of the kind ``forgotten``,
 naming each entry with the copy it forgets (the try that recorded it and when, a :class:`Mark`), and only then
