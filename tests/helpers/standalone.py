@@ -168,6 +168,28 @@ class AirflowCluster:
     def log_file(self, name: str) -> Path:
         return self.component_logs / f"{name}.log"
 
+    def wait_until_park_seen(self, dag_id: str, run_id: str, task_id: str, try_number: int, timeout: float = 180) -> None:
+        """Wait until the scheduler has handled the executor's event for the process that parked the task.
+
+        Airflow 3.3.2 race, not this provider's (docs/approval.rst): when a person answers within a few seconds of
+        the park, the task can be queued or running again before the scheduler reads the parked process's
+        "success" event (same try number); it then marks the task failed ("finished with state success, but the
+        task instance's state attribute is queued"), and the resumed try is killed before it reads the answer.
+        People answer minutes later; a test answers as soon as the scheduler has caught up.
+        """
+        # 3.3: "... for task instance TaskInstanceKey(dag_id=...)"; 3.4: "... for task instance <ti id>
+        # (coordinates=TaskInstanceKey(dag_id=...))".
+        event = "Received executor event with state success for task instance "
+        key = f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', run_id='{run_id}'"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            log = self.log_file("scheduler").read_text(errors="replace")
+            if any(event in line and key in line and f"try_number={try_number}," in line for line in log.splitlines()):
+                return
+            time.sleep(0.5)
+        raise ClusterError(f"the scheduler never handled the exit of try {try_number} that parked:\n{self.tails()}")
+
     # -- lifecycle ---------------------------------------------------------------------
 
     def migrate(self, timeout: float = 60) -> None:

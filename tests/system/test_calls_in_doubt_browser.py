@@ -125,7 +125,7 @@ def test_two_calls_in_doubt_are_answered_on_the_required_actions_page_alone(
     ti = _wait_for_state(cluster, run_id, {"awaiting_input"}, timeout=RUN_TIMEOUT)
     assert ti["try_number"] == 2
     assert _charges(root) == ["charge_card acme try=1", "charge_card globex try=1"]
-    time.sleep(5)  # let the scheduler handle the parked process's exit first (Airflow 3.3.2 race: docs/approval.rst)
+    cluster.wait_until_park_seen(DAG_ID, run_id, TASK_ID, try_number=2)  # the Airflow 3.3.2 race (docs/approval.rst)
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
@@ -173,12 +173,14 @@ def test_tasks_clear_leaves_a_run_without_a_logical_date_and_the_rest_clear_reru
     ``dag_run_id`` (what the UI's Clear sends) runs the task's next try."""
     cluster.wait_for_dag(DAG_ID, timeout=60)
     run_id = cluster.trigger(DAG_ID)  # logical_date None, as the UI's trigger
-    _wait_for_state(cluster, run_id, {"awaiting_input"}, timeout=RUN_TIMEOUT)
+    ti = _wait_for_state(cluster, run_id, {"awaiting_input"}, timeout=RUN_TIMEOUT)
     body = {"chosen_options": ["Fail the task"], "params_input": {}}
-    time.sleep(5)  # the Airflow 3.3.2 race of an answer given right after the park (docs/approval.rst)
+    cluster.wait_until_park_seen(DAG_ID, run_id, TASK_ID, ti["try_number"])  # the Airflow 3.3.2 race (docs/approval.rst)
     cluster.login_as("alice", USERS["alice"][1])
     cluster.hitl_respond(DAG_ID, run_id, TASK_ID, body)
     assert cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT) == "failed", cluster.tails()
+    answered = log_events(cluster.task_log(DAG_ID, run_id, TASK_ID, ti["try_number"]))
+    assert any("alice answered 'fail the task'" in e for e in answered), answered  # the answer failed it, not a race
     cluster.login_as("admin", USERS["admin"][1])
 
     cleared = cluster.cli("tasks", "clear", DAG_ID, "--task-regex", f"^{TASK_ID}$", "--yes")
@@ -190,4 +192,9 @@ def test_tasks_clear_leaves_a_run_without_a_logical_date_and_the_rest_clear_reru
     cluster.clear_task(DAG_ID, run_id, TASK_ID)  # POST /api/v2/dags/{dag_id}/clearTaskInstances, dag_run_id
     ti = _wait_for_state(cluster, run_id, {"running", "queued", "scheduled", "failed", "success"}, timeout=60)
     assert cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT) == "failed"  # the answer 'fail' stays
-    assert cluster.task_instance(DAG_ID, run_id, TASK_ID)["try_number"] >= 3  # ran again (and its retry, if any)
+    again = cluster.task_instance(DAG_ID, run_id, TASK_ID)["try_number"]
+    assert again >= 3  # ran again (and its retry, if any)
+    log = cluster.task_log(DAG_ID, run_id, TASK_ID, again)
+    events = log_events(log)
+    assert not any("a person is asked whether it happened" in e for e in events), events  # not asked again
+    assert "alice answered 'fail the task'" in log.read_text(), events  # the task's error names the answer

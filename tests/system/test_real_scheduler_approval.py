@@ -115,28 +115,6 @@ def test_waiting_for_approval_frees_the_worker_slot(cluster: AirflowCluster, roo
     assert summaries(events) == [(0, 0, 0, 1, 1, 0), (1, 1, 0, 2, 1, 1)], events
 
 
-def _wait_until_the_scheduler_saw_the_park(cluster: AirflowCluster, dag_id: str, task_id: str, try_number: int) -> None:
-    """Wait until the scheduler has handled the executor's event for the process that parked the task.
-
-    Airflow 3.3.2 race, not this provider's: when a person answers within a second or two of the park, the task
-    can be running again before the scheduler reads the parked process's "success" event (same try number); it
-    then marks the running task failed ("finished with state success, but the task instance's state attribute
-    is running"). People answer minutes later; the test answers as soon as the scheduler has caught up.
-    """
-    # 3.3: "... for task instance TaskInstanceKey(dag_id=...)"; 3.4: "... for task instance <ti id>
-    # (coordinates=TaskInstanceKey(dag_id=...))".
-    event = "Received executor event with state success for task instance "
-    key = f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}'"
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while time.monotonic() < deadline:
-        cluster.check_alive()
-        log = cluster.log_file("scheduler").read_text(errors="replace")
-        if any(event in line and key in line and f"try_number={try_number}," in line for line in log.splitlines()):
-            return
-        time.sleep(0.5)
-    raise ClusterError(f"the scheduler never handled the parked try's exit:\n{cluster.tails()}")
-
-
 def test_a_person_says_a_call_cut_off_happened_and_the_retry_does_not_run_it_again(
     cluster: AirflowCluster, root: Path
 ) -> None:
@@ -147,7 +125,7 @@ def test_a_person_says_a_call_cut_off_happened_and_the_retry_does_not_run_it_aga
     assert ti["try_number"] == 2
     assert _marks(root, "charge_card") == ["charge_card try=1"]
 
-    _wait_until_the_scheduler_saw_the_park(cluster, UNKNOWN_DAG_ID, "charge", try_number=2)
+    cluster.wait_until_park_seen(UNKNOWN_DAG_ID, run_id, "charge", try_number=2)
 
     cluster.login_as("alice", USERS["alice"][1])
     detail = cluster.hitl_detail(UNKNOWN_DAG_ID, run_id, "charge")
