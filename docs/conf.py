@@ -54,21 +54,21 @@ nitpick_ignore_regex = [
         r"OSError|NotImplementedError|Mapping|Sequence|Iterable|Iterator|AsyncIterator|Awaitable|Literal|"
         r"Self|TaskLogger|Context|BaseOperator|BaseHook|Connection|Model|Agent|AbstractToolset|UsageLimits|"
         r"ModelMessage|ModelResponse|ModelSettings|ModelRequestParameters|RunContext|ToolsetTool|ObjectStoragePath|"
-        r"DurableRun|Collection|AgentRunResult|WaitingForDecisions|(airflow_pydantic_ai\.durable\.(steps\.)?writer\.)?TryOutlook|"
+        r"DurableRun|Collection|AgentRunResult|WaitingForDecisions|(airflow_pydantic_ai\.durable\.(attempt\.)?writer\.)?TryOutlook|"
         r"(airflow_pydantic_ai\.durable\.(storage\.)?identity\.)?Region|RetryDecision|RetryPolicy|"
-        r"(airflow_pydantic_ai\.durable\.steps\.replay_policy\.)?ReplayPolicy|"
-        r"(airflow_pydantic_ai\.durable\.steps\.budget\.)?RetryBudget|(airflow_pydantic_ai\.durable\.storage\.step_costs\.)?StepCost)",
+        r"(airflow_pydantic_ai\.durable\.attempt\.replay_policy\.)?ReplayPolicy|"
+        r"(airflow_pydantic_ai\.durable\.reporting\.budget\.)?RetryBudget|(airflow_pydantic_ai\.durable\.storage\.step_costs\.)?StepCost)",
     ),
     # DurableRun's fields name the attempt's internal rooms (documented in architecture.rst, not in the API).
-    (r"py:class", r"airflow_pydantic_ai\.durable\.steps\.nesting\.(RunScope|AttemptFamily)"),
+    (r"py:class", r"airflow_pydantic_ai\.durable\.attempt\.nesting\.(RunScope|AttemptFamily)"),
     # The side-effects face documents these under airflow_pydantic_ai.durable.side_effects; type hints name
     # their home module.
     (
         r"py:class",
-        r"airflow_pydantic_ai\.durable\.steps\.at_most_once\.(OutcomeRules|CallInDoubt|Resolution|StartedCall)",
+        r"airflow_pydantic_ai\.durable\.side_effects\.once\.(OutcomeRules|CallInDoubt|Resolution|StartedCall)",
     ),
     # DurableCapability keeps one Responses chain per agent run (internal: architecture.rst).
     (r"py:class", r"airflow_pydantic_ai\.durable\.interception\.response_chain\.ResponseChain"),
     # A ToolCheckpoint belongs to the tool call running now (internal: architecture.rst).
-    (r"py:class", r"airflow_pydantic_ai\.durable\.steps\.in_flight\.CallInFlight"),
+    (r"py:class", r"airflow_pydantic_ai\.durable\.side_effects\.in_flight\.CallInFlight"),
 ]
