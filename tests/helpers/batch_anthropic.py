@@ -98,7 +98,10 @@ class AnthropicBatchServer(BatchWireServer):
             return {"type": "expired"}
         if record.outcome in ("errored", "invalid"):
             kind = "api_error" if record.outcome == "errored" else "invalid_request_error"
-            return {"type": "errored", "error": {"type": "error", "error": {"type": kind, "message": f"scripted {kind}"}}}
+            return {
+                "type": "errored",
+                "error": {"type": "error", "error": {"type": kind, "message": f"scripted {kind}"}},
+            }
         params = record.bodies[custom_id]
         return {"type": "succeeded", "message": anthropic_message(params, self.answer(params), self.next_number())}
 

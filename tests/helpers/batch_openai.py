@@ -135,7 +135,9 @@ class OpenAIBatchServer(BatchWireServer):
             content = self.files.get(file_id)
             is_result = any(file_id in (b.extra.get("output"), b.extra.get("error")) for b in self.counters.batches)
         if content is None:
-            return Reply.json({"error": {"message": f"No such File object: {file_id}", "type": "invalid_request_error"}}, 404)
+            return Reply.json(
+                {"error": {"message": f"No such File object: {file_id}", "type": "invalid_request_error"}}, 404
+            )
         if is_result:
             self.download()
         return Reply(200, content, "application/octet-stream")
@@ -192,7 +194,11 @@ class OpenAIBatchServer(BatchWireServer):
         if record.outcome in ("errored", "invalid"):
             status, kind = (500, "server_error") if record.outcome == "errored" else (400, "invalid_request_error")
             error = {"message": f"scripted {kind}", "type": kind, "param": None, "code": kind}
-            return {**line, "response": {"status_code": status, "request_id": "req", "body": {"error": error}}, "error": None}
+            return {
+                **line,
+                "response": {"status_code": status, "request_id": "req", "body": {"error": error}},
+                "error": None,
+            }
         body = record.bodies[custom_id]
         document = responses_document(body, self.answer(body), self.next_number())
         return {**line, "response": {"status_code": 200, "request_id": "req", "body": document}, "error": None}
@@ -202,7 +208,9 @@ class OpenAIBatchServer(BatchWireServer):
             status = "cancelled" if record.cancelled else {"expired": "expired"}.get(record.outcome, "completed")
         else:
             status = "cancelling" if record.cancelled else "in_progress"
-        failed = sum(1 for line in record.results.values() if line.get("error") or line["response"]["status_code"] >= 300)
+        failed = sum(
+            1 for line in record.results.values() if line.get("error") or line["response"]["status_code"] >= 300
+        )
         return {
             "id": record.id,
             "object": "batch",
@@ -238,7 +246,9 @@ class OpenAIBatchServer(BatchWireServer):
     def _retrieve_response(self, request: Request, response_id: str) -> Reply:
         with self.lock:
             if (job := self.backgrounds.get(response_id)) is None:
-                return Reply.json({"error": {"message": f"No response {response_id}", "type": "invalid_request_error"}}, 404)
+                return Reply.json(
+                    {"error": {"message": f"No response {response_id}", "type": "invalid_request_error"}}, 404
+                )
             self.counters.background_polls += 1
             job["polls"] += 1
             if job["status"] in ("queued", "in_progress"):
@@ -250,7 +260,9 @@ class OpenAIBatchServer(BatchWireServer):
     def _cancel_response(self, request: Request, response_id: str) -> Reply:
         with self.lock:
             if (job := self.backgrounds.get(response_id)) is None:
-                return Reply.json({"error": {"message": f"No response {response_id}", "type": "invalid_request_error"}}, 404)
+                return Reply.json(
+                    {"error": {"message": f"No response {response_id}", "type": "invalid_request_error"}}, 404
+                )
             self.counters.background_cancels += 1
             if job["status"] in ("queued", "in_progress"):
                 job["status"] = "cancelled"

@@ -69,8 +69,6 @@ __all__ = [
 ]
 
 
-
-
 def last_text(body: dict[str, Any]) -> str:
     """The text of the last user message of an OpenAI Responses body or Anthropic Messages params."""
     items = body.get("input", body.get("messages")) or []
@@ -97,10 +95,12 @@ def openai_model(server: OpenAIBatchServer, model_name: str = "gpt-4o", **kwargs
     from pydantic_ai.models.openai import OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    return OpenAIResponsesModel(model_name, provider=OpenAIProvider(base_url=server.base_url, api_key=API_KEY), **kwargs)
+    return OpenAIResponsesModel(
+        model_name, provider=OpenAIProvider(base_url=server.base_url, api_key=API_KEY), **kwargs
+    )
 
 
-def anthropic_model(server: AnthropicBatchServer, model_name: str = "claude-sonnet-4-5", **kwargs: Any) -> Any:
+def anthropic_model(server: AnthropicBatchServer, model_name: str = "claude-sonnet-5-5", **kwargs: Any) -> Any:
     """An ``AnthropicModel`` on the real ``anthropic`` SDK, talking to ``server``."""
     from pydantic_ai.models.anthropic import AnthropicModel
     from pydantic_ai.providers.anthropic import AnthropicProvider

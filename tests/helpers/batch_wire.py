@@ -21,7 +21,17 @@ import pytest
 from tests.helpers.connections import set_connection
 from tests.helpers.wire_server import Turn
 
-__all__ = ["API_KEY", "Answer", "BatchCounters", "BatchKnobs", "BatchRecord", "BatchWireServer", "Outcome", "Reply", "Turn"]
+__all__ = [
+    "API_KEY",
+    "Answer",
+    "BatchCounters",
+    "BatchKnobs",
+    "BatchRecord",
+    "BatchWireServer",
+    "Outcome",
+    "Reply",
+    "Turn",
+]
 
 API_KEY = "sk-test-key"
 
@@ -100,8 +110,14 @@ class BatchCounters:
     def snapshot(self) -> dict[str, Any]:
         plain = asdict(self)
         plain["batches"] = [
-            {"id": b.id, "custom_ids": b.custom_ids, "outcome": b.outcome, "polls": b.polls, "ended": b.ended,
-             "cancelled": b.cancelled}
+            {
+                "id": b.id,
+                "custom_ids": b.custom_ids,
+                "outcome": b.outcome,
+                "polls": b.polls,
+                "ended": b.ended,
+                "cancelled": b.cancelled,
+            }
             for b in self.batches
         ]
         plain["batches_created"] = self.batches_created
@@ -140,7 +156,6 @@ class BatchWireServer:
         routes = [(method, re.compile(pattern), handler) for method, pattern, handler in self.routes()]
         routes.append(("GET", re.compile(r"/_counters"), lambda request: Reply.json(self.counters.snapshot())))
         routes.append(("POST", re.compile(r"/_knobs"), self._set_knobs))
-        server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
