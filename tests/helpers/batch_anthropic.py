@@ -42,6 +42,7 @@ class AnthropicBatchServer(BatchWireServer):
     """Give the SDK client ``url`` as ``base_url`` (the SDK adds ``/v1``)."""
 
     id_prefix = "msgbatch"
+    model_id = "anthropic:claude-sonnet-5-5"
 
     def __init__(self, answer: Callable[[dict[str, Any]], Turn], port: int = 0) -> None:
         super().__init__(answer, port)

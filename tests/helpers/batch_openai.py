@@ -79,6 +79,7 @@ class OpenAIBatchServer(BatchWireServer):
     ``backgrounds`` every background response: id -> (body, polls, status)."""
 
     id_prefix = "batch"
+    model_id = "openai-responses:gpt-4o"
 
     def __init__(self, answer: Callable[[dict[str, Any]], Turn], port: int = 0) -> None:
         super().__init__(answer, port)

@@ -11,7 +11,8 @@ body for OpenAI, Messages params for Anthropic). The default answer echoes the r
 (:func:`echo`). Models on the real SDKs: :func:`openai_model` (``OpenAIResponsesModel``: pydantic-ai batches OpenAI
 only through the Responses API; ``OpenAIChatModel`` has no batch API) and :func:`anthropic_model`;
 :func:`batching` is a ``BatchModelRequests`` with test-sized waits; :func:`fast_background` shortens pydantic-ai's
-2 s background poll interval in this process. ``server.connect(monkeypatch, conn_id)`` defines an Airflow connection.
+2 s background poll interval in this process. ``server.connect(monkeypatch, conn_id)`` defines an Airflow
+connection (model ``openai-responses:gpt-4o`` / ``anthropic:claude-sonnet-5-5`` unless told).
 
 Endpoints. OpenAI (``server.base_url`` = ``.../v1``): ``POST /files`` (multipart JSONL), ``GET /files/{id}/content``,
 ``DELETE /files/{id}``, ``POST /batches``, ``GET /batches/{id}``, ``POST /batches/{id}/cancel``, ``POST /responses``

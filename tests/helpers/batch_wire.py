@@ -144,6 +144,8 @@ class BatchWireServer:
     A handler gets the request (:class:`Request`) and the regex groups. A context manager: serving inside ``with``."""
 
     id_prefix = "batch"
+    model_id = "test"
+    """The pydantic-ai model id of the model a connection to this server names by default."""
 
     def __init__(self, answer: Answer, port: int = 0) -> None:
         self.answer = answer
@@ -210,9 +212,10 @@ class BatchWireServer:
         raise NotImplementedError
 
     def connect(self, monkeypatch: pytest.MonkeyPatch, conn_id: str, model: str | None = None) -> None:
-        """Define the Airflow connection ``conn_id`` to this server: API key ``API_KEY``, ``model`` (a pydantic-ai
-        model id such as ``openai-responses:gpt-4o``) in its extra unless None."""
-        extra = {"extra": {"model": model}} if model is not None else {}
+        """Define the Airflow connection ``conn_id`` to this server: API key ``API_KEY``, and in its extra
+        ``model`` (a pydantic-ai model id; None: the server's ``model_id``; ``""``: none, the operator names it)."""
+        model = self.model_id if model is None else model
+        extra = {"extra": {"model": model}} if model else {}
         set_connection(monkeypatch, conn_id, host=self.base_url, password=API_KEY, **extra)
 
     @property

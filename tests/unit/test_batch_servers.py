@@ -259,3 +259,56 @@ def test_background_pending_output_ends_the_run_with_the_response_id(
     assert third.output == "answer to: hello"
     counters = openai_batch_server.counters
     assert (counters.background_creates, counters.background_polls) == (1, 2)
+
+
+def test_airflow_connection_to_the_server_builds_a_batching_model(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_pydantic_ai.hooks.pydantic_ai import PydanticAIHook
+
+    server.connect(monkeypatch, "batch_llm")
+    model = PydanticAIHook("batch_llm").get_model()
+
+    assert Agent(model, capabilities=[batching()]).run_sync("hello").output == "answer to: hello"
+    assert server.counters.batches_created == 1
+
+
+def test_standalone_server_serves_its_counters_and_takes_knobs(tmp_path: Any) -> None:
+    """``python -m tests.helpers.batch_servers`` in another process: a model reaches it, and so does a test."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.helpers.batch_servers", "--provider", "openai", "--port", "0"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        banner = process.stdout.readline()
+        base_url = banner.split(" at ")[1].split()[0]
+        root_url = base_url.removesuffix("/v1")
+        knobs = urllib.request.Request(
+            f"{root_url}/_knobs", data=json.dumps({"outcomes": ["expired"]}).encode(), method="POST"
+        )
+        with urllib.request.urlopen(knobs, timeout=10) as reply:
+            assert json.load(reply)["knobs"]["outcomes"] == ["expired"]
+
+        from pydantic_ai.models.openai import OpenAIResponsesModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        model = OpenAIResponsesModel("gpt-4o", provider=OpenAIProvider(base_url=base_url, api_key="sk-test-key"))
+        assert Agent(model, capabilities=[batching()]).run_sync("hi").output == "answer to: hi"
+
+        with urllib.request.urlopen(f"{root_url}/_counters", timeout=10) as reply:
+            counters = json.load(reply)
+        assert (counters["batches_created"], counters["requests_submitted"]) == (2, 2)
+        assert [batch["outcome"] for batch in counters["batches"]] == ["expired", "succeeded"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
