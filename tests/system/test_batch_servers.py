@@ -1,6 +1,7 @@
 """The local batch servers (``tests/helpers/batch_servers.py``) with plain pydantic-ai agents on the real ``openai``
 and ``anthropic`` SDKs: what pydantic-ai's ``BatchModelRequests`` and OpenAI's background mode do today, which the
-durable batch support (issue 38) builds on."""
+durable batch support (issue 38) builds on. System tier: the servers listen on sockets, and one test starts the
+standalone server in a subprocess."""
 
 from __future__ import annotations
 
