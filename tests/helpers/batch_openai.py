@@ -103,6 +103,10 @@ class OpenAIBatchServer(BatchWireServer):
             ("POST", r"/v1/responses/([^/]+)/cancel", self._cancel_response),
         ]
 
+    def forget_provider_state(self) -> None:
+        self.files.clear()
+        self.backgrounds.clear()
+
     # -- files ---------------------------------------------------------------------------------------------------
 
     def _upload(self, request: Request) -> Reply:

@@ -83,6 +83,8 @@ class BatchCounters:
     """What happened, for a test to assert on. ``snapshot()`` is a plain dict (also served at ``GET /_counters``)."""
 
     batches: list[BatchRecord] = field(default_factory=list)
+    forgotten: list[BatchRecord] = field(default_factory=list)
+    """Batches dropped by ``forget()`` (404 from then on)."""
     files_uploaded: int = 0
     files_deleted: int = 0
     polls: int = 0
@@ -100,26 +102,20 @@ class BatchCounters:
 
     @property
     def batches_created(self) -> int:
-        return len(self.batches)
+        return len(self.batches) + len(self.forgotten)
 
     @property
     def requests_submitted(self) -> int:
-        """Requests over all batches: what a provider bills."""
-        return sum(len(batch.custom_ids) for batch in self.batches)
+        """Requests over all batches (forgotten ones too): what a provider bills."""
+        return sum(len(batch.custom_ids) for batch in [*self.forgotten, *self.batches])
 
     def snapshot(self) -> dict[str, Any]:
         plain = asdict(self)
-        plain["batches"] = [
-            {
-                "id": b.id,
-                "custom_ids": b.custom_ids,
-                "outcome": b.outcome,
-                "polls": b.polls,
-                "ended": b.ended,
-                "cancelled": b.cancelled,
-            }
-            for b in self.batches
-        ]
+        for name in ("batches", "forgotten"):
+            plain[name] = [
+                {key: getattr(b, key) for key in ("id", "custom_ids", "outcome", "polls", "ended", "cancelled")}
+                for b in getattr(self, name)
+            ]
         plain["batches_created"] = self.batches_created
         plain["requests_submitted"] = self.requests_submitted
         return plain
@@ -241,6 +237,17 @@ class BatchWireServer:
 
     def release_results(self) -> None:
         self._results_free.set()
+
+    def forget(self) -> None:
+        """Drop every batch (and, for OpenAI, every file and background response): later requests about them get
+        404, as after the provider's retention period. The counters keep their records in ``forgotten``."""
+        with self.lock:
+            self.counters.forgotten.extend(self.counters.batches)
+            self.counters.batches.clear()
+            self.forget_provider_state()
+
+    def forget_provider_state(self) -> None:
+        """What a provider keeps besides batches, dropped by :meth:`forget`."""
 
     def wait_for(self, condition: Callable[[BatchCounters], bool], timeout: float = 30.0) -> None:
         """Wait until ``condition(counters)`` holds (e.g. a held download started), or fail after ``timeout``."""

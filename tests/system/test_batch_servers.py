@@ -175,6 +175,52 @@ def test_pending_output_ends_the_run_and_a_second_run_collects_it(server: Server
     assert server.counters.downloads == 1
 
 
+def test_a_resumed_run_resubmits_an_expired_batch_and_the_ticket_counts_it(server: Server) -> None:
+    """The resubmission count lives in the ticket, so it holds across runs (and processes) resuming the history."""
+    server.knobs.outcomes = ["expired", "expired"]
+
+    def agent() -> Agent[None, str | PendingModelResponse]:
+        return Agent(
+            _model(server), output_type=[str, PendingModelResponse], capabilities=[batching(max_resubmissions=1)]
+        )
+
+    first = agent().run_sync("hello")
+    second = agent().run_sync(message_history=first.all_messages())
+
+    # The run that found the first batch expired submitted the request again, and ended waiting on the new batch.
+    assert isinstance(second.output, PendingModelResponse)
+    ticket = second.output.response.provider_details["batch"]
+    first_batch, second_batch = server.counters.batches
+    assert (ticket["batch"]["id"], ticket["resubmissions"], ticket["polls"]) == (second_batch.id, 1, 0)
+    assert ticket["custom_id"] == first_batch.custom_ids[0] == second_batch.custom_ids[0]
+    # The second batch expires too, and max_resubmissions=1 is spent: the error reaches the run.
+    with pytest.raises(ModelAPIError, match="expired"):
+        agent().run_sync(message_history=second.all_messages())
+    assert server.counters.batches_created == 2
+
+
+def test_batch_ends_after_a_wall_clock_delay(server: Server) -> None:
+    server.knobs.delay = 0.5
+    result = Agent(_model(server), capabilities=[batching()]).run_sync("hello")
+
+    assert result.output == "answer to: hello"
+    assert server.counters.polls >= 2
+
+
+def test_a_batch_the_provider_no_longer_has_raises_suspended_response_expired(server: Server) -> None:
+    from pydantic_ai.exceptions import SuspendedResponseExpired
+
+    def agent() -> Agent[None, str | PendingModelResponse]:
+        return Agent(_model(server), output_type=[str, PendingModelResponse], capabilities=[batching()])
+
+    first = agent().run_sync("hello")
+    server.forget()
+
+    with pytest.raises(SuspendedResponseExpired):
+        agent().run_sync(message_history=first.all_messages())
+    assert server.counters.batches_created == 1 and server.counters.batches == []
+
+
 def test_results_download_waits_until_released(server: Server) -> None:
     server.hold_results()
     agent = Agent(_model(server), capabilities=[batching()])
