@@ -159,8 +159,9 @@ class OpenAIBatchServer(BatchWireServer):
         params = request.json
         with self.lock:
             lines = [json.loads(line) for line in self.files[params["input_file_id"]].decode().splitlines() if line]
-            record = self.new_batch({line["custom_id"]: line["body"] for line in lines})
-            record.extra.update(input=params["input_file_id"], endpoint=params["endpoint"])
+        extra = {"input": params["input_file_id"], "endpoint": params["endpoint"]}
+        record = self.new_batch({line["custom_id"]: line["body"] for line in lines}, extra)
+        with self.lock:
             return Reply.json(self._batch_object(record))
 
     def _retrieve_batch(self, request: Request, batch_id: str) -> Reply:
@@ -246,6 +247,7 @@ class OpenAIBatchServer(BatchWireServer):
         with self.lock:
             self.counters.background_creates += 1
             self.backgrounds[f"resp_{number}"] = {"body": body, "number": number, "polls": 0, "status": "queued"}
+        self.gate("create")
         return Reply.json(responses_document(body, Turn(), number, status="queued"))
 
     def _retrieve_response(self, request: Request, response_id: str) -> Reply:
@@ -259,6 +261,7 @@ class OpenAIBatchServer(BatchWireServer):
             if job["status"] in ("queued", "in_progress"):
                 job["status"] = "completed" if job["polls"] >= self.knobs.background_polls else "in_progress"
             status = job["status"]
+        self.gate("status")
         turn = self.answer(job["body"]) if status == "completed" else Turn()
         return Reply.json(responses_document(job["body"], turn, job["number"], status=status))
 

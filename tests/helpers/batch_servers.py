@@ -19,19 +19,23 @@ Endpoints. OpenAI (``server.base_url`` = ``.../v1``): ``POST /files`` (multipart
 (live, or ``background: true`` answered ``queued``), ``GET /responses/{id}``, ``POST /responses/{id}/cancel``.
 Anthropic (``server.base_url`` = the root): ``POST /v1/messages``, ``POST /v1/messages/batches``,
 ``GET /v1/messages/batches/{id}``, ``GET .../{id}/results`` (the ``results_url``), ``POST .../{id}/cancel``.
-Both: ``GET /_counters`` (``counters.snapshot()`` as JSON), ``POST /_knobs`` (JSON fields of ``BatchKnobs``).
+Both: ``GET /_counters`` (``counters.snapshot()`` as JSON), ``POST /_knobs`` (JSON fields of ``BatchKnobs``),
+``POST /_hold/{kind}`` and ``POST /_release/{kind}``.
 
 Knobs (``server.knobs``, a :class:`~tests.helpers.batch_wire.BatchKnobs`): ``polls_until_end`` (the status poll
 that first sees a batch ended, default 1), ``delay`` (seconds of wall clock instead), ``outcomes`` (a queue, one per
 batch created: ``succeeded`` / ``expired`` / ``errored`` (500, resubmitted by pydantic-ai) / ``invalid`` (400)),
-``background_polls`` (the retrieve that first sees a background response completed). ``server.hold_results()`` makes
-result downloads wait until ``server.release_results()``; ``server.wait_for(lambda c: c.downloads_started == 1)``
-waits for a condition on the counters (a kill point).
+``background_polls`` (the retrieve that first sees a background response completed). Kill points:
+``server.hold(kind)`` makes answers of one kind wait, counted first, until ``server.release(kind)``: ``"create"``
+(the batch or background response exists, its creator has no id yet), ``"status"`` (a poll), ``"results"`` (a
+download; ``hold_results()`` / ``release_results()``); ``server.wait_for(lambda c: c.downloads_started == 1)``
+waits for a condition on the counters. ``server.forget()`` drops every batch (404, as after the provider's
+retention).
 
 Counters (``server.counters``, a :class:`~tests.helpers.batch_wire.BatchCounters`): ``batches`` (records with
 ``id``, ``custom_ids``, ``bodies``, ``outcome``, ``polls``, ``ended``, ``cancelled``), ``batches_created``,
 ``requests_submitted``, ``files_uploaded``, ``files_deleted``, ``polls``, ``downloads_started``, ``downloads``,
-``cancels``, ``live_requests``, ``background_creates``, ``background_polls``, ``background_cancels``.
+``cancels``, ``live_requests``, ``background_creates``, ``background_polls``, ``background_cancels``, ``forgotten``.
 
 The server lives in the test process; tasks in other processes (``dag.test()`` subprocesses, a scheduler's workers
 and triggerer) reach it over HTTP, so its state spans them. Standalone, for manual trials::

@@ -28,6 +28,7 @@ __all__ = [
     "BatchKnobs",
     "BatchRecord",
     "BatchWireServer",
+    "Hold",
     "Outcome",
     "Reply",
     "Turn",
@@ -38,6 +39,9 @@ API_KEY = "sk-test-key"
 Answer = Callable[[dict[str, Any]], Turn]
 """The scripted model: the provider-native request body (a Responses API body for OpenAI, Messages API params for
 Anthropic) -> the :class:`Turn` it answers with (text and/or tool calls)."""
+
+Hold = Literal["create", "status", "results"]
+"""What a test can make the server hold: see :meth:`BatchWireServer.hold`."""
 
 Outcome = Literal["succeeded", "expired", "errored", "invalid"]
 """How a batch ends for all its requests: ``succeeded`` (each gets its answer), ``expired`` (the batch expired before
@@ -149,11 +153,14 @@ class BatchWireServer:
         self.counters = BatchCounters()
         self.lock = threading.RLock()
         self._numbers = 0
-        self._results_free = threading.Event()
-        self._results_free.set()
+        self._free = {kind: threading.Event() for kind in ("create", "status", "results")}
+        for free in self._free.values():
+            free.set()
         routes = [(method, re.compile(pattern), handler) for method, pattern, handler in self.routes()]
         routes.append(("GET", re.compile(r"/_counters"), lambda request: Reply.json(self.counters.snapshot())))
         routes.append(("POST", re.compile(r"/_knobs"), self._set_knobs))
+        routes.append(("POST", re.compile(r"/_hold/(create|status|results)"), self._hold_route))
+        routes.append(("POST", re.compile(r"/_release/(create|status|results)"), self._release_route))
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -225,18 +232,39 @@ class BatchWireServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._results_free.set()
+        for free in self._free.values():
+            free.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
     # -- knobs a test turns -------------------------------------------------------------------------------------
 
+    def hold(self, kind: Hold) -> None:
+        """Make the server's answers of one kind wait until :meth:`release`, each counted before it waits (a kill
+        point for a test): ``create`` (a batch, or background response, exists but its creator has no answer yet),
+        ``status`` (a status poll or background retrieve), ``results`` (a result download: ``downloads_started``)."""
+        self._free[kind].clear()
+
+    def release(self, kind: Hold) -> None:
+        self._free[kind].set()
+
     def hold_results(self) -> None:
-        """Make result downloads wait (they count in ``downloads_started``) until :meth:`release_results`."""
-        self._results_free.clear()
+        self.hold("results")
 
     def release_results(self) -> None:
-        self._results_free.set()
+        self.release("results")
+
+    def gate(self, kind: Hold) -> None:
+        """Wait while ``kind`` is held (call it outside the lock)."""
+        self._free[kind].wait()
+
+    def _hold_route(self, request: Request, kind: Hold) -> Reply:
+        self.hold(kind)
+        return Reply.json({"held": kind})
+
+    def _release_route(self, request: Request, kind: Hold) -> Reply:
+        self.release(kind)
+        return Reply.json({"released": kind})
 
     def forget(self) -> None:
         """Drop every batch (and, for OpenAI, every file and background response): later requests about them get
@@ -269,14 +297,20 @@ class BatchWireServer:
             self._numbers += 1
             return self._numbers
 
-    def new_batch(self, bodies: dict[str, dict[str, Any]]) -> BatchRecord:
+    def new_batch(self, bodies: dict[str, dict[str, Any]], extra: dict[str, Any] | None = None) -> BatchRecord:
+        """Create and count a batch (its outcome the next of ``knobs.outcomes``); held while ``create`` is."""
         with self.lock:
             outcome: Outcome = self.knobs.outcomes.pop(0) if self.knobs.outcomes else "succeeded"
             record = BatchRecord(
-                id=f"{self.id_prefix}_{self.next_number()}", custom_ids=list(bodies), bodies=bodies, outcome=outcome
+                id=f"{self.id_prefix}_{self.next_number()}",
+                custom_ids=list(bodies),
+                bodies=bodies,
+                outcome=outcome,
+                extra=dict(extra or {}),
             )
             self.counters.batches.append(record)
-            return record
+        self.gate("create")
+        return record
 
     def find_batch(self, batch_id: str) -> BatchRecord | None:
         with self.lock:
@@ -295,6 +329,7 @@ class BatchWireServer:
                 due = record.polls >= self.knobs.polls_until_end
             if due or record.cancelled:
                 self.end(record)
+        self.gate("status")
 
     def end(self, record: BatchRecord) -> None:
         """Fix each request's result line (``result_line``), once."""
@@ -310,7 +345,7 @@ class BatchWireServer:
         """Count a result download, waiting first while results are held."""
         with self.lock:
             self.counters.downloads_started += 1
-        self._results_free.wait()
+        self.gate("results")
         with self.lock:
             self.counters.downloads += 1
 

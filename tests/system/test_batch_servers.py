@@ -173,6 +173,8 @@ def test_pending_output_ends_the_run_and_a_second_run_collects_it(server: Server
     assert third.output == "answer to: hello"
     assert server.counters.batches_created == 1
     assert server.counters.downloads == 1
+    # Ending a run on a pending response leaves the batch running for a later run: it is not cancelled.
+    assert server.counters.cancels == 0
 
 
 def test_a_resumed_run_resubmits_an_expired_batch_and_the_ticket_counts_it(server: Server) -> None:
@@ -237,6 +239,27 @@ def test_results_download_waits_until_released(server: Server) -> None:
 
     assert result.output == "answer to: hello"
     assert (server.counters.downloads_started, server.counters.downloads) == (1, 1)
+
+
+def test_a_run_lost_while_its_batch_is_created_leaves_a_batch_the_next_run_submits_again(server: Server) -> None:
+    """The kill point between the provider creating a batch and the client learning its id: nothing on the client
+    side knows the batch, so the next run submits the same request (same custom_id) in a second batch."""
+    server.hold("create")
+
+    async def lose_the_run() -> None:
+        run = asyncio.ensure_future(Agent(_model(server), capabilities=[batching()]).run("hello"))
+        await asyncio.to_thread(server.wait_for, lambda counters: counters.batches_created == 1)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(lose_the_run())
+    server.release("create")
+    result = Agent(_model(server), capabilities=[batching()]).run_sync("hello")
+
+    assert result.output == "answer to: hello"
+    first, second = server.counters.batches
+    assert first.custom_ids == second.custom_ids and first.polls == 0
 
 
 def test_a_cancelled_run_cancels_its_batch(server: Server) -> None:
