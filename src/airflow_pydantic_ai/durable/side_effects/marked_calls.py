@@ -62,6 +62,11 @@ class MarkedCall:
         return self.state != "finished"
 
     @property
+    def open(self) -> bool:
+        """In doubt for a retry (answered or not): it has no tool entry of its own (``doubt.CallLedger``'s ``open``)."""
+        return not self.recorded
+
+    @property
     def ref(self) -> str:
         """What ``cache resolve --call`` takes (the start of the call's key)."""
         return self.call.ref
