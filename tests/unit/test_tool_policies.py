@@ -81,10 +81,16 @@ def _audited(tool_def: ToolDefinition) -> bool:
     return isinstance(config, dict) and config.get("audited") is True
 
 
-def test_a_new_policy_is_one_entry_of_the_table(harness: DurableHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def heard(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The hooks the ``audited`` policy's guards heard, that policy being one more entry of the table."""
     heard: list[str] = []
     audited = ToolPolicy("audited", recognises=_audited, guard=lambda run, step: _Audit(heard, step))
     monkeypatch.setattr(policies, "POLICIES", (*policies.POLICIES, audited))
+    return heard
+
+
+def test_a_new_policy_is_one_entry_of_the_table(harness: DurableHarness, heard: list[str]) -> None:
     calls: list[int] = []
     agent = _agent(calls, {TOOL_CONFIG_KEY: {"audited": True}}, raise_on={1: ConnectionError("down")})
     with pytest.raises(ConnectionError):
@@ -98,10 +104,7 @@ def test_a_new_policy_is_one_entry_of_the_table(harness: DurableHarness, monkeyp
     assert calls == [42, 42] and heard == [] and result.output == "done: acted 42 (call 2)"
 
 
-def test_a_retry_outcome_is_told_to_the_guard(harness: DurableHarness, monkeypatch: pytest.MonkeyPatch) -> None:
-    heard: list[str] = []
-    audited = ToolPolicy("audited", recognises=_audited, guard=lambda run, step: _Audit(heard, step))
-    monkeypatch.setattr(policies, "POLICIES", (*policies.POLICIES, audited))
+def test_a_retry_outcome_is_told_to_the_guard(harness: DurableHarness, heard: list[str]) -> None:
     calls: list[int] = []
     agent = _agent(calls, {TOOL_CONFIG_KEY: {"audited": True}}, raise_on={1: ModelRetry("again")})
     harness.run(agent, "act")
