@@ -73,11 +73,21 @@ def test_damaged_entry_is_ignored_and_its_step_runs_live(tmp_path, damage, targe
     if target == "tool":
         # fetch 2 ran again; the model answers and the other fetches replayed.
         assert calls == {"fetch 1": 1, "fetch 2": 2, "fetch 3": 1, "notify": 2}
-        assert (run.replayed.model, run.replayed.tool, run.executed.model, run.executed.tool) == (4, 2, 1, 2)
+        assert (
+            run.stats.replayed.model,
+            run.stats.replayed.tool,
+            run.stats.executed.model,
+            run.stats.executed.tool,
+        ) == (4, 2, 1, 2)
     else:
         # Model step 2 ran live; it gave the same answer, so every tool call replayed.
         assert calls == {"fetch 1": 1, "fetch 2": 1, "fetch 3": 1, "notify": 2}
-        assert (run.replayed.model, run.replayed.tool, run.executed.model, run.executed.tool) == (3, 3, 2, 1)
+        assert (
+            run.stats.replayed.model,
+            run.stats.replayed.tool,
+            run.stats.executed.model,
+            run.stats.executed.tool,
+        ) == (3, 3, 2, 1)
     if damage == "directory-in-place":
         # The live step cannot be stored over a directory: said once, and the run goes on.
         [error] = log.at("error")
@@ -91,7 +101,7 @@ def test_unrebuildable_model_entry_does_not_claim_the_run_diverged(tmp_path):
     victim = entries_on_disk(harness.root)[("model", 2)]
     victim.write_bytes(unrebuildable_payload(victim))
     _, run, log = harness.run(agent(), PROMPT)
-    assert run.replayed.tool == FETCHES, "the later steps did replay"
+    assert run.stats.replayed.tool == FETCHES, "the later steps did replay"
     assert not [warning for warning in log.at("warning") if "differs from what attempt" in warning], log.at("warning")
 
 
@@ -147,5 +157,5 @@ def test_every_damage_at_once_in_one_cache(tmp_path):
         assert sum(name in warning for warning in log.at("warning")) >= 1, damage
     assert calls[f"fetch {fetches}"] == 1, "the undamaged fetch replayed"
     assert all(calls[f"fetch {step}"] == 2 for step in range(1, fetches)), calls
-    assert run.replayed.tool == 1 and run.replayed.model == fetches + 1
+    assert run.stats.replayed.tool == 1 and run.stats.replayed.model == fetches + 1
     assert not any(".leftover.tmp" in line or "README" in line or ".bak" in line for _, line in log.lines)

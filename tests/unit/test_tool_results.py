@@ -48,7 +48,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.durable import DurableHarness, task_identity
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun
+from airflow_pydantic_ai.durable import Attempt, DurableCapability
 
 IDENTITY = task_identity("results_dag", "agent")
 
@@ -89,7 +89,7 @@ class Outcome:
     seen_by_model: list[Any]
     warnings: list[list[str]]
     errors: list[list[str]]
-    runs: list[DurableRun]
+    runs: list[Attempt]
     seconds: list[float]
     root: Path
 
@@ -121,7 +121,7 @@ def twice(tmp_path: Path, factory: Any) -> Outcome:
     seen: list[Any] = []
     warnings: list[list[str]] = []
     errors: list[list[str]] = []
-    runs: list[DurableRun] = []
+    runs: list[Attempt] = []
     seconds: list[float] = []
     for attempt in (1, 2):
         started = time.perf_counter()

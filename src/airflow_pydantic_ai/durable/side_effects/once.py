@@ -37,7 +37,7 @@ from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.wording import call_label
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.owner import AttemptOwner, StepOwner
+    from airflow_pydantic_ai.durable.attempt.attempt import Attempt
     from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 
 __all__ = [
@@ -299,7 +299,7 @@ class AskAboutOutcome(DurableError):
         self.call = call
 
 
-def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
+def _doubt(run: Attempt, step: ToolStep) -> CallInDoubt | None:
     """The call in doubt at ``step`` (an earlier start with no result), with its resolution; None when there is none."""
     assert step.key is not None
     name = entry_name(_STARTED, step.key)
@@ -323,7 +323,7 @@ def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
             why,
         )
         started = StartedCall.unknown(step.tool_name, step.call_id, step.arguments, why)
-        return CallInDoubt(step.key, run.answer_number, label, started, _answer_for(run, step, started), None)
+        return CallInDoubt(step.key, step.run.answer_number, label, started, _answer_for(run, step, started), None)
     try:
         started = StartedCall.from_payload(mark.payload)
     except Exception as error:  # a mark that cannot be read: the call cannot be proven started; say so
@@ -332,10 +332,10 @@ def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
     asking = asking_answer(mark, run.entries.values())
     asked_by = run.step_number(asking) if asking is not None else None
     resolution = _answer_for(run, step, started)
-    return CallInDoubt(step.key, run.answer_number, label, started, resolution, mark.scope, asked_by)
+    return CallInDoubt(step.key, step.run.answer_number, label, started, resolution, mark.scope, asked_by)
 
 
-def _answer_for(run: StepOwner, step: ToolStep, started: StartedCall) -> Resolution | None:
+def _answer_for(run: Attempt, step: ToolStep, started: StartedCall) -> Resolution | None:
     """The recorded answer about ``started`` (None: none, another start's, or one that cannot be read)."""
     assert step.key is not None
     answer = run.entries.get(entry_name(_RESOLUTION, step.key))
@@ -403,7 +403,7 @@ def unknown_outcome_error(doubt: CallInDoubt, rules: OutcomeRules, *, redact: An
     return OutcomeUnknown(message, call=doubt)
 
 
-def before_live_call(run: AttemptOwner, step: ToolStep, rules: OutcomeRules, *, redact: Any = None) -> None:
+def before_live_call(run: Attempt, step: ToolStep, rules: OutcomeRules, *, redact: Any = None) -> None:
     """Before an at-most-once call runs live: settle an earlier start that never finished.
 
     Returns with the call either replaying (``step.is_replay``: "it happened", with the result given) or to run
@@ -428,7 +428,7 @@ def before_live_call(run: AttemptOwner, step: ToolStep, rules: OutcomeRules, *, 
     step.marks_start = True
 
 
-def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRules, *, redact: Any) -> bool:
+def _settle(run: Attempt, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRules, *, redact: Any) -> bool:
     """Apply the recorded answer or the policy to a call in doubt; True when the call is to run live."""
     resolution = doubt.resolution
     if resolution is not None:
@@ -458,7 +458,7 @@ def _settle(run: StepOwner, step: ToolStep, doubt: CallInDoubt, rules: OutcomeRu
     raise unknown_outcome_error(doubt, rules, redact=redact, why=why)
 
 
-def mark_start(run: AttemptOwner, step: ToolStep, *, redact: Any = None) -> None:
+def mark_start(run: Attempt, step: ToolStep, *, redact: Any = None) -> None:
     """Record that ``step``'s call starts now (one write), right before it runs; raises
     :class:`~airflow_pydantic_ai.durable.errors.DurableStorageError` when the mark cannot be stored, whatever
     ``durable_storage_errors`` says: a call whose start is not recorded does not run (it fails closed).
@@ -472,18 +472,18 @@ def mark_start(run: AttemptOwner, step: ToolStep, *, redact: Any = None) -> None
     except Exception as error:  # the mark matters more than what it shows: keep it, without the arguments
         # Only the error's type: its message may quote the value the masker was given.
         arguments = f"(not kept: the secrets masker failed on them: {type(error).__name__})"
-    started = StartedCall(step.tool_name, step.call_id, arguments, run.attempt, time.time())
+    started = StartedCall(step.tool_name, step.call_id, arguments, run.try_number, time.time())
     entry = StepEntry(
         kind=_STARTED,
         key=step.key,
-        step=run.answer_number,
-        attempt=run.attempt,
+        step=step.run.answer_number,
+        attempt=run.try_number,
         label=step.tool_name,
         payload=started.to_payload(),
         call_id=step.call_id,
         role=_STARTED,
         recorded_at=started.started_at,
-        scope=run.entry_scope,
+        scope=step.run.entry_scope,
     )
     if run.record(entry, f"the start of {step.shown()}"):
         step.started_mark = entry.name
@@ -496,7 +496,7 @@ def mark_start(run: AttemptOwner, step: ToolStep, *, redact: Any = None) -> None
     )
 
 
-def forget_mark(run: AttemptOwner, name: str) -> None:
+def forget_mark(run: Attempt, name: str) -> None:
     """Remove the start mark ``name`` (the call ended with an exception of its own, or drew a retry that may be
     forgotten): a retry runs the call again instead of asking about it."""
     run.entries.pop(name, None)

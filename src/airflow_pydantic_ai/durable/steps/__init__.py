@@ -1,3 +1,3 @@
-"""The steps floor: one attempt (``DurableRun``) and the steps it hands out, with their counts, usage
+"""The steps floor: one attempt (``Attempt``) and the steps it hands out, with their counts, usage
 ledger, writer, recorded output and clean-up. Internal to the durable package.
 """
