@@ -176,7 +176,7 @@ def test_an_entry_copied_from_another_task_instance_is_never_replayed(tmp_path, 
     log = RecordingLog()
     today = open_run("scheduled__2026-11-23", log)
     result = agent.run_sync("quote ACME", capabilities=[DurableCapability(today)])
-    assert today.replayed.total == 0
+    assert today.stats.replayed.total == 0
     assert "97.25" in result.output, "today's price, not yesterday's"
     assert sum("written for another task instance" in warning for warning in log.at("warning")) == 3
 
