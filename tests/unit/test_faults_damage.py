@@ -70,24 +70,15 @@ def test_damaged_entry_is_ignored_and_its_step_runs_live(tmp_path, damage, targe
     named = [warning for warning in log.at("warning") if victim.name in warning]
     assert named, f"no warning names {victim.name}: {log.lines}"
     assert any("live" in warning for warning in named), named
+    replayed, executed = run.stats.replayed, run.stats.executed
     if target == "tool":
         # fetch 2 ran again; the model answers and the other fetches replayed.
         assert calls == {"fetch 1": 1, "fetch 2": 2, "fetch 3": 1, "notify": 2}
-        assert (
-            run.stats.replayed.model,
-            run.stats.replayed.tool,
-            run.stats.executed.model,
-            run.stats.executed.tool,
-        ) == (4, 2, 1, 2)
+        assert (replayed.model, replayed.tool, executed.model, executed.tool) == (4, 2, 1, 2)
     else:
         # Model step 2 ran live; it gave the same answer, so every tool call replayed.
         assert calls == {"fetch 1": 1, "fetch 2": 1, "fetch 3": 1, "notify": 2}
-        assert (
-            run.stats.replayed.model,
-            run.stats.replayed.tool,
-            run.stats.executed.model,
-            run.stats.executed.tool,
-        ) == (3, 3, 2, 1)
+        assert (replayed.model, replayed.tool, executed.model, executed.tool) == (3, 3, 2, 1)
     if damage == "directory-in-place":
         # The live step cannot be stored over a directory: said once, and the run goes on.
         [error] = log.at("error")
