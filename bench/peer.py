@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, TaskIdentity, run_agent
+from airflow_pydantic_ai.durable import Attempt, AttemptOptions, TaskIdentity, run_agent
 from bench.report import table
 from bench.runner import quiet_logger, run_plain
 from bench.storage import BUCKET, S3Backend
@@ -157,8 +157,8 @@ def _ours(backend: S3Backend, workload: Workload, identity: TaskIdentity) -> tup
 
     store.pack = timed_pack  # type: ignore[method-assign]  # the pack's own time, reported apart
 
-    def failed_try() -> DurableRun:
-        run = DurableRun.open(store, attempt=1, log=log, options=AttemptOptions(probe=True))
+    def failed_try() -> Attempt:
+        run = Attempt.open(store, attempt=1, log=log, options=AttemptOptions(probe=True))
         try:
             with run.ending():
                 run_agent(run, workload.build_agent(), PROMPT, usage_limits=NO_LIMITS)
@@ -167,18 +167,18 @@ def _ours(backend: S3Backend, workload: Workload, identity: TaskIdentity) -> tup
             pass
         return run
 
-    def retry() -> DurableRun:
-        run = DurableRun.open(store, attempt=2, log=log, options=AttemptOptions(probe=True))
+    def retry() -> Attempt:
+        run = Attempt.open(store, attempt=2, log=log, options=AttemptOptions(probe=True))
         with run.ending():
             result = run_agent(run, workload.build_agent(), PROMPT, usage_limits=NO_LIMITS)
             run.record_output(result.output)
         return run
 
     record, first = _measure(backend, failed_try)
-    assert first.executed.total == workload.model_requests + workload.tool_calls, first.summary()
+    assert first.stats.executed.total == workload.model_requests + workload.tool_calls, first.stats.summary()
     replay, second = _measure(backend, retry)
-    assert second.replayed.total == workload.model_requests + workload.tool_calls, second.summary()
-    assert second.executed.total == 0, second.summary()
+    assert second.stats.replayed.total == workload.model_requests + workload.tool_calls, second.stats.summary()
+    assert second.stats.executed.total == 0, second.stats.summary()
     cleanup, _ = _measure(backend, second.finish)
     assert not store.exists(), "the cache is deleted"
     return record, packed[0], replay, cleanup

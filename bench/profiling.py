@@ -7,7 +7,7 @@ import io
 import pstats
 from typing import Any
 
-from airflow_pydantic_ai.durable import DurableRun, TaskIdentity, run_agent
+from airflow_pydantic_ai.durable import Attempt, TaskIdentity, run_agent
 from bench.runner import quiet_logger
 from bench.storage import Backend
 from bench.workload import NO_LIMITS, PROMPT, Workload
@@ -55,7 +55,7 @@ def profile_cell(backend: Backend, workload: Workload, limit: int = 25) -> str:
 
         profile.enable()
         if attempt:
-            run_agent(DurableRun.open(store, attempt=attempt, log=log), agent, PROMPT, usage_limits=NO_LIMITS)
+            run_agent(Attempt.open(store, attempt=attempt, log=log), agent, PROMPT, usage_limits=NO_LIMITS)
         else:
             agent.run_sync(PROMPT, usage_limits=NO_LIMITS)
         profile.disable()

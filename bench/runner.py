@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic_ai.agent import AgentRunResult
 
-from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, TaskIdentity, run_agent
+from airflow_pydantic_ai.durable import Attempt, AttemptOptions, TaskIdentity, run_agent
 from bench.probes import FingerprintProbe
 from bench.storage import Backend, FloorResult
 from bench.workload import NO_LIMITS, PROMPT, Workload, tool_results_digest
@@ -181,7 +181,7 @@ def run_durable(
     probe.reset()
     gc.collect()
     started = time.perf_counter()
-    run = DurableRun.open(
+    run = Attempt.open(
         store,
         attempt=1,
         log=log,
@@ -194,8 +194,9 @@ def run_durable(
     write_requests = backend.write_requests(store)
     # An at-most-once tool's call also writes its start mark.
     entries = workload.model_requests + workload.tool_calls * (2 if workload.at_most_once else 1)
-    assert (run.executed.model, run.executed.tool) == (workload.model_requests, workload.tool_calls), run.executed
-    assert run.replayed.total == 0 and run.not_persisted == 0, (run.replayed, run.not_persisted)
+    executed, replayed, not_persisted = run.stats.executed, run.stats.replayed, run.writer.not_persisted
+    assert (executed.model, executed.tool) == (workload.model_requests, workload.tool_calls), executed
+    assert replayed.total == 0 and not_persisted == 0, (replayed, not_persisted)
     assert store.objects_written == entries, (store.objects_written, entries)
     recorded = (result.output, tool_results_digest(result.all_messages()))
     assert expected is None or recorded == expected, (recorded, expected)
@@ -210,7 +211,7 @@ def run_durable(
     probe.reset()
     gc.collect()
     started = time.perf_counter()
-    replay = DurableRun.open(
+    replay = Attempt.open(
         store,
         attempt=2,
         log=log,
@@ -222,10 +223,9 @@ def run_durable(
     assert isinstance(result, AgentRunResult), result
     fingerprint_replay = list(probe.steps)
     read_requests = backend.read_requests()
-    assert (replay.replayed.model, replay.replayed.tool) == (workload.model_requests, workload.tool_calls), (
-        replay.replayed
-    )
-    assert replay.executed.total == 0, replay.executed
+    replayed = replay.stats.replayed
+    assert (replayed.model, replayed.tool) == (workload.model_requests, workload.tool_calls), replayed
+    assert replay.stats.executed.total == 0, replay.stats.executed
     assert (result.output, tool_results_digest(result.all_messages())) == expected
     assert run.stats.bytes_read == 0, run.stats.bytes_read
     assert replay.stats.bytes_read == store.bytes_written, (replay.stats.bytes_read, store.bytes_written)

@@ -54,13 +54,17 @@ nitpick_ignore_regex = [
         r"OSError|NotImplementedError|Mapping|Sequence|Iterable|Iterator|AsyncIterator|Awaitable|Literal|"
         r"Self|TaskLogger|Context|BaseOperator|BaseHook|Connection|Model|Agent|AbstractToolset|UsageLimits|"
         r"ModelMessage|ModelResponse|ModelSettings|ModelRequestParameters|RunContext|ToolsetTool|ObjectStoragePath|"
-        r"DurableRun|Collection|AgentRunResult|WaitingForDecisions|(airflow_pydantic_ai\.durable\.(attempt\.)?writer\.)?TryOutlook|"
+        r"DurableRun|AgentRun|Collection|AgentRunResult|WaitingForDecisions|(airflow_pydantic_ai\.durable\.(attempt\.)?writer\.)?TryOutlook|"
         r"(airflow_pydantic_ai\.durable\.(storage\.)?identity\.)?Region|RetryDecision|RetryPolicy|"
         r"(airflow_pydantic_ai\.durable\.attempt\.replay_policy\.)?ReplayPolicy|"
         r"(airflow_pydantic_ai\.durable\.reporting\.budget\.)?RetryBudget|(airflow_pydantic_ai\.durable\.storage\.step_costs\.)?StepCost)",
     ),
-    # DurableRun's fields name the attempt's internal rooms (documented in architecture.rst, not in the API).
-    (r"py:class", r"airflow_pydantic_ai\.durable\.attempt\.nesting\.(RunScope|AttemptFamily)"),
+    # Attempt's fields name the attempt's internal rooms (documented in architecture.rst, not in the API).
+    (
+        r"py:class",
+        r"airflow_pydantic_ai\.durable\.attempt\.(nesting\.(RunScope|AttemptFamily|Place)|agent_run\.AgentRun|"
+        r"attempt\.StepsFound|ending\.AttemptEnd)",
+    ),
     # The side-effects face documents these under airflow_pydantic_ai.durable.side_effects; type hints name
     # their home module.
     (

@@ -48,9 +48,9 @@ def fixture_agent(calls: list[str]) -> Agent[None, Triage]:
 
 def replay_the_fixture(store: Any, log: Any) -> None:
     """Run the fixture's agent as attempt 2 on ``store`` and check that all 7 recorded steps replayed, silently."""
-    from airflow_pydantic_ai.durable import DurableRun, run_agent
+    from airflow_pydantic_ai.durable import Attempt, run_agent
 
-    run = DurableRun.open(store, attempt=2, log=log)
+    run = Attempt.open(store, attempt=2, log=log)
     calls: list[str] = []
     with run.ending():
         result = run_agent(run, fixture_agent(calls), "triage")

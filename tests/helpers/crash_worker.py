@@ -12,7 +12,7 @@ pid and may ``SIGKILL`` it; the children are ordinary processes (a kill is a rea
 
 ``python -m tests.helpers.crash_worker run JOB_JSON`` runs one job in the current process instead.
 
-A job runs a :class:`~airflow_pydantic_ai.durable.DurableRun` on a ``file://`` store (no Airflow
+A job runs a :class:`~airflow_pydantic_ai.durable.Attempt` on a ``file://`` store (no Airflow
 run): a ``FunctionModel`` asks for ``steps`` sequential calls of the ``work`` tool, then answers with
 all their results. Every model answer and every completed tool call appends a line to the marker
 file (``model N ATTEMPT`` / ``tool N ATTEMPT``, both 1-based) *after* it completed and *before* the
@@ -292,7 +292,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, StepStore, run_agent
+    from airflow_pydantic_ai.durable import Attempt, AttemptOptions, StepStore, run_agent
     from airflow_pydantic_ai.durable.side_effects import AskAboutOutcome, OutcomeRules, at_most_once
 
     if job.get("start_after"):  # a barrier: several jobs start together
@@ -369,7 +369,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     store.local_files = _KillingLocalFiles(points)  # type: ignore[assignment]
     rules = OutcomeRules(on_unknown=job.get("on_unknown", "ask"), can_ask=bool(job.get("can_ask")))
     options = AttemptOptions(storage_errors=job.get("storage_errors", "warn"), unknown_outcome=rules)
-    run = DurableRun.open(store, attempt=attempt, log=log, options=options)
+    run = Attempt.open(store, attempt=attempt, log=log, options=options)
     if job.get("answer"):
         _record_answer(run, job["answer"])
     started = time.monotonic()
@@ -413,14 +413,14 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             points.hit("deleted")
     outcome.update(
         seconds=time.monotonic() - started,
-        replayed={"model": run.replayed.model, "tool": run.replayed.tool},
-        executed={"model": run.executed.model, "tool": run.executed.tool},
+        replayed={"model": run.stats.replayed.model, "tool": run.stats.replayed.tool},
+        executed={"model": run.stats.executed.model, "tool": run.stats.executed.tool},
         replayed_entries=run.stats.replayed_entries,
         loaded_entries=sorted(run.entries),
         infos=log.at("info"),
         warnings=log.at("warning"),
         errors=log.at("error"),
-        summary=run.summary(),
+        summary=run.stats.summary(),
         root=store.root,
     )
     if job.get("result"):

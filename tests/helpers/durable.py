@@ -2,7 +2,7 @@
 attempts of a durable agent the way ``AgentOperator`` does, on a local folder and without Airflow, and the
 agent most of them run (``counting_agent``).
 
-An attempt: the task instance's ``file://`` store in a folder of the test's own, ``DurableRun.open`` with the
+An attempt: the task instance's ``file://`` store in a folder of the test's own, ``Attempt.open`` with the
 next attempt number, then ``run_agent`` (the operator's own entry point) inside ``run.ending()``, which logs the
 summary at the end.
 """
@@ -20,7 +20,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.test import TestModel
 
-from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, StepStore, TaskIdentity, run_agent
+from airflow_pydantic_ai.durable import Attempt, AttemptOptions, StepStore, TaskIdentity, run_agent
 
 __all__ = [
     "RUN_ID",
@@ -47,7 +47,7 @@ def task_identity(
 
 @dataclass
 class RecordingLog:
-    """A logger for ``DurableRun`` and ``StepStore`` that keeps every line with its level, ``%``-args applied."""
+    """A logger for ``Attempt`` and ``StepStore`` that keeps every line with its level, ``%``-args applied."""
 
     lines: list[tuple[str, str]] = field(default_factory=list)
 
@@ -143,14 +143,12 @@ class DurableHarness:
         """The folder of the task instance's entries."""
         return Path(self.store().root)
 
-    def open(self, **run_options: Any) -> tuple[DurableRun, RecordingLog]:
-        """The next attempt's ``DurableRun`` (``run_options``: fields of its ``AttemptOptions``) and its log."""
+    def open(self, **run_options: Any) -> tuple[Attempt, RecordingLog]:
+        """The next attempt's ``Attempt`` (``run_options``: fields of its ``AttemptOptions``) and its log."""
         self.attempt += 1
         log = RecordingLog()
         self.logs.append(log)
-        return DurableRun.open(
-            self.store(log), attempt=self.attempt, log=log, options=AttemptOptions(**run_options)
-        ), log
+        return Attempt.open(self.store(log), attempt=self.attempt, log=log, options=AttemptOptions(**run_options)), log
 
     def run(
         self,
@@ -161,7 +159,7 @@ class DurableHarness:
         capabilities: Sequence[Any] = (),
         killed: bool = False,
         **agent_kwargs: Any,
-    ) -> tuple[Any, DurableRun, RecordingLog]:
+    ) -> tuple[Any, Attempt, RecordingLog]:
         """One attempt, as AgentOperator makes it: ``run_agent`` (the durable capability first, then
         ``capabilities``; an answer that ends in ``UnexpectedModelBehavior`` is forgotten) inside
         ``run.ending()`` (the summary is logged whatever happens; a try that fails packs its entries).

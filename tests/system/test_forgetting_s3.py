@@ -63,7 +63,7 @@ def test_a_kill_before_the_pack_is_rewritten_does_not_bring_the_answer_back_on_s
 
     result, run, _ = harness.run(answering_agent(script), PROMPT)
 
-    assert (result.output, script.asked, run.replayed.model) == ("good", 2, 0)
+    assert (result.output, script.asked, run.stats.replayed.model) == ("good", 2, 0)
     run.finish()
     assert harness.object_names() == []
 
@@ -80,6 +80,6 @@ def test_a_zombie_pack_does_not_bring_a_forgotten_answer_back_on_s3(harness):
 
     result, run, _ = harness.run(answering_agent(script), PROMPT)
 
-    assert (result.output, script.asked, run.replayed.model) == ("good", 2, 0)
+    assert (result.output, script.asked, run.stats.replayed.model) == ("good", 2, 0)
     run.finish()
     assert harness.object_names() == []

@@ -10,7 +10,7 @@ from pydantic_ai.models.test import TestModel
 from tests.helpers.cache_fixture import IDENTITY
 from tests.helpers.durable import RecordingLog
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore
+from airflow_pydantic_ai.durable import Attempt, DurableCapability, StepStore
 from airflow_pydantic_ai.durable.storage.reader import CacheReader
 
 
@@ -21,7 +21,7 @@ def test_reader_on_s3_lists_sizes_and_times_from_the_listing(s3_bucket: Any) -> 
     base = ObjectStoragePath(s3_bucket.url("agent-cache"))
     store = StepStore.for_task(base.fs, base.path, str(base), IDENTITY)
     log = RecordingLog()
-    run = DurableRun.open(store, attempt=1, log=log)
+    run = Attempt.open(store, attempt=1, log=log)
     Agent(TestModel(), output_type=str).run_sync("hello", capabilities=[DurableCapability(run)])
     reader = CacheReader(store)
 

@@ -19,7 +19,7 @@ from pydantic_ai.usage import UsageLimits
 from tests.helpers.durable import RecordingLog, task_identity
 from tests.helpers.s3 import S3Bucket, S3Server
 
-from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, StepStore, run_agent
+from airflow_pydantic_ai.durable import Attempt, AttemptOptions, StepStore, run_agent
 
 pytestmark = pytest.mark.s3
 READS = ("ListObjectsV2", "ListObjects", "GetObject", "HeadObject")
@@ -63,7 +63,7 @@ class Attempts:
         self.attempt += 1
         self.sent.clear()
         log = RecordingLog()
-        run = DurableRun.open(self.store(), attempt=self.attempt, log=log, options=AttemptOptions(probe=True))
+        run = Attempt.open(self.store(), attempt=self.attempt, log=log, options=AttemptOptions(probe=True))
         limits = UsageLimits(request_limit=None)
         try:
             if killed:
@@ -83,10 +83,10 @@ class Attempts:
 def replay_requests(server: S3Server, bucket: S3Bucket, steps: int) -> tuple[Counter[str], Counter[str], Any]:
     attempts = Attempts(server, bucket, f"replay_{steps}")
     first = attempts.run(steps, fail_after=True)
-    assert first.executed.total == 2 * steps + 1 and first.not_persisted == 0
+    assert first.stats.executed.total == 2 * steps + 1 and first.writer.not_persisted == 0
     recording = Counter(attempts.sent)
     second = attempts.run(steps)
-    assert second.replayed.total == 2 * steps + 1 and second.executed.total == 0, second.summary()
+    assert second.stats.replayed.total == 2 * steps + 1 and second.stats.executed.total == 0, second.stats.summary()
     assert attempts.bucket.list_keys("cache/") == [], "the cache is deleted after success"
     return recording, Counter(attempts.sent), second
 
@@ -120,7 +120,7 @@ def test_a_cache_written_by_a_packed_try_and_a_killed_try_is_read_in_tries_plus_
 
     third = attempts.run(30)
 
-    assert third.replayed.total == 21 + unpacked and third.executed.total == 2 * 30 + 1 - 21 - unpacked
+    assert third.stats.replayed.total == 21 + unpacked and third.stats.executed.total == 2 * 30 + 1 - 21 - unpacked
     assert attempts.sent["GetObject"] == 1 + unpacked, "the pack and the killed try's singles, nothing else"
     assert attempts.sent["ListObjectsV2"] == 2, attempts.sent  # the load and the cleanup
 
@@ -130,7 +130,7 @@ def test_recording_is_one_put_per_step_without_a_get_or_list_per_step(s3_server,
     for steps in (10, 40):
         attempts = Attempts(s3_server, s3_bucket, f"recording_{steps}")
         run = attempts.run(steps)
-        assert run.executed.total == 2 * steps + 1
+        assert run.stats.executed.total == 2 * steps + 1
         assert attempts.sent["PutObject"] == 2 * steps + 1 + 3, attempts.sent  # and the output, probe, note
         assert attempts.sent["GetObject"] == 0 and attempts.sent["DeleteObjects"] <= 2, attempts.sent
         sent[steps] = attempts.sent - Counter(PutObject=2 * steps + 1)
@@ -166,7 +166,7 @@ def test_a_batched_cleanup_cut_short_leaves_the_recorded_output_for_the_retry(s3
     attempts = Attempts(s3_server, s3_bucket, f"window_{killed_after}")
     attempts.run(20, fail_at=10)  # a failed try: its entries are packed
     store = attempts.store()
-    run = DurableRun.open(store, attempt=2, log=RecordingLog())
+    run = Attempt.open(store, attempt=2, log=RecordingLog())
     result = run_agent(run, build_agent(20), "go", usage_limits=UsageLimits(request_limit=None))
     run.record_output(result.output)
     if killed_after:
@@ -175,7 +175,7 @@ def test_a_batched_cleanup_cut_short_leaves_the_recorded_output_for_the_retry(s3
             run.finish()
     left = [key.rsplit("/", 1)[-1] for key in s3_bucket.list_keys("cache/")]
 
-    retry = DurableRun.open(attempts.store(), attempt=3, log=RecordingLog())
+    retry = Attempt.open(attempts.store(), attempt=3, log=RecordingLog())
     recorded = retry.recorded_output()
 
     if killed_after == 2:

@@ -16,7 +16,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.durable import RecordingLog, task_identity
 
-from airflow_pydantic_ai.durable import AttemptOptions, DurableCapability, DurableRun, DurableStorageError, StepStore
+from airflow_pydantic_ai.durable import Attempt, AttemptOptions, DurableCapability, DurableStorageError, StepStore
 
 STEPS = 4
 
@@ -123,7 +123,7 @@ def _store(base: Any, log: RecordingLog, timeout: float = 1.0) -> StepStore:
 def test_outage_mid_run_goes_on_live_and_counts_unpersisted_steps(outage_s3):
     base, stop = outage_s3
     log, calls = RecordingLog(), []
-    run = DurableRun.open(_store(base, log), attempt=1, log=log)
+    run = Attempt.open(_store(base, log), attempt=1, log=log)
     result = _agent(stop_after_step=1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     run.log_summary()
     run.finish()
@@ -135,7 +135,7 @@ def test_outage_mid_run_goes_on_live_and_counts_unpersisted_steps(outage_s3):
     failed = [text for text in log.at("error") if text.startswith("Durable: could not store")]
     skipped = [text for text in log.at("error") if text.startswith("Durable: did not store")]
     assert len(failed) == 2 and len(skipped) == 4
-    assert run.not_persisted == 9 - 3
+    assert run.writer.not_persisted == 9 - 3
     assert any("tool work" in text for text in failed + skipped)
     assert any(re.search(r"store step \d+: model ", text) for text in failed + skipped)
     assert any("is unreachable (2 writes failed in a row" in text for text in log.at("error"))
@@ -148,7 +148,7 @@ def test_outage_mid_run_goes_on_live_and_counts_unpersisted_steps(outage_s3):
 def test_outage_with_fail_mode_fails_the_attempt(outage_s3):
     base, stop = outage_s3
     log, calls = RecordingLog(), []
-    run = DurableRun.open(_store(base, log), attempt=1, log=log, options=AttemptOptions(storage_errors="fail"))
+    run = Attempt.open(_store(base, log), attempt=1, log=log, options=AttemptOptions(storage_errors="fail"))
     with pytest.raises(DurableStorageError, match="durable_storage_errors = warn"):
         _agent(stop_after_step=0, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert calls == [0]
@@ -158,7 +158,7 @@ def test_unreachable_store_at_start_runs_everything_live(outage_s3):
     base, stop = outage_s3
     stop()
     log, calls = RecordingLog(), []
-    run = DurableRun.open(_store(base, log), attempt=2, log=log)
+    run = Attempt.open(_store(base, log), attempt=2, log=log)
     result = _agent(stop_after_step=-1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert result.output == "finished" and calls == [0, 1, 2, 3]
     assert any("could not read the cache" in text for text in log.at("error"))
@@ -169,10 +169,10 @@ def test_a_failed_start_probe_skips_loading_and_writing(outage_s3):
     base, stop = outage_s3
     stop()
     log, calls = RecordingLog(), []
-    run = DurableRun.open(_store(base, log), attempt=2, log=log, options=AttemptOptions(probe=True))
+    run = Attempt.open(_store(base, log), attempt=2, log=log, options=AttemptOptions(probe=True))
     result = _agent(stop_after_step=-1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert result.output == "finished" and calls == [0, 1, 2, 3]
-    assert run.not_persisted == 9
+    assert run.writer.not_persisted == 9
     assert not [text for text in log.at("error") if text.startswith("Durable: could not store")], "no write was tried"
     assert len([text for text in log.at("error") if text.startswith("Durable: did not store")]) == 9
 
@@ -180,8 +180,8 @@ def test_a_failed_start_probe_skips_loading_and_writing(outage_s3):
 def test_writes_are_tried_again_once_the_store_may_be_back(outage_s3):
     base, stop = outage_s3
     log, calls = RecordingLog(), []
-    run = DurableRun.open(_store(base, log), attempt=1, log=log)
-    run.retry_storage_after = 0.0  # the back-off is over at once: every write is tried
+    run = Attempt.open(_store(base, log), attempt=1, log=log)
+    run.writer.backoff.retry_after = 0.0  # the back-off is over at once: every write is tried
     _agent(stop_after_step=1, stop=stop, calls=calls).run_sync("go", capabilities=[DurableCapability(run)])
     assert len([text for text in log.at("error") if text.startswith("Durable: could not store")]) == 6
 
@@ -191,7 +191,7 @@ def test_an_endpoint_that_never_answers_costs_the_timeout_not_the_clients_retrie
     log, calls = RecordingLog(), []
     store = _store(black_hole, log, timeout=1.0)
     started = time.monotonic()
-    run = DurableRun.open(store, attempt=1, log=log)
+    run = Attempt.open(store, attempt=1, log=log)
     result = _agent(stop_after_step=-1, stop=lambda: None, calls=calls).run_sync(
         "go", capabilities=[DurableCapability(run)]
     )
@@ -200,6 +200,6 @@ def test_an_endpoint_that_never_answers_costs_the_timeout_not_the_clients_retrie
     assert any("could not read the cache" in text and "TimeoutError" in text for text in log.at("error"))
     failed = [text for text in log.at("error") if text.startswith("Durable: could not store")]
     assert len(failed) == 2 and all("TimeoutError" in text for text in failed)
-    assert run.not_persisted == 9
+    assert run.writer.not_persisted == 9
     # A hang guard, not a speed test: one load and two writes, each bounded by the 1 s timeout.
     assert elapsed < 60, f"{elapsed:.0f} s"

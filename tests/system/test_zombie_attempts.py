@@ -144,7 +144,7 @@ def test_many_concurrent_pairs_leave_no_corrupt_entry(fork_server, tmp_path):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="run.py DurableRun.finish / store.py StepStore.clear: the cache is deleted once, after the newest "
+    reason="attempt/attempt.py Attempt.finish / store.py StepStore.clear: the cache is deleted once, after the newest "
     "try's success is stored; a zombie try that is still running keeps writing step entries after that, and a "
     "later run of the same task instance (a cleared task) replays them instead of starting fresh (the zombie's "
     "recorded output is never returned: see the test below)",

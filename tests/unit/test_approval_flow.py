@@ -13,7 +13,7 @@ from tests.helpers.durable import RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.approval.answer import ApprovalTimedOut, read_answer
 from airflow_pydantic_ai.approval.request import PendingCall, build_request, pretty_arguments
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun
+from airflow_pydantic_ai.durable import Attempt, DurableCapability
 from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions, run_until_decision_needed
 from airflow_pydantic_ai.durable.steps.decision import Decision
 from airflow_pydantic_ai.durable.storage.reader import CacheReader
@@ -21,10 +21,10 @@ from airflow_pydantic_ai.durable.storage.reader import CacheReader
 IDENTITY = task_identity("dag", "mail", run_id="run")
 
 
-def open_run(base: Path, attempt: int = 1) -> DurableRun:
+def open_run(base: Path, attempt: int = 1) -> Attempt:
     log = RecordingLog()
     store = local_store(base, IDENTITY, warn=log.warning)
-    return DurableRun.open(store, attempt=attempt, log=log)
+    return Attempt.open(store, attempt=attempt, log=log)
 
 
 def mail_agent(recipient: str, sent: list[str], requests: list[int], output_type: Any = str) -> Agent[None, Any]:
@@ -45,7 +45,7 @@ def mail_agent(recipient: str, sent: list[str], requests: list[int], output_type
     return agent
 
 
-def run(agent: Agent[None, str], durable: DurableRun) -> Any:
+def run(agent: Agent[None, str], durable: Attempt) -> Any:
     return run_until_decision_needed(agent, "mail", durable, output_type=str, capabilities=[DurableCapability(durable)])
 
 
@@ -332,9 +332,9 @@ def test_a_decision_applies_when_the_model_step_before_it_ran_live_again(tmp_pat
             return [redact(item) for item in value]
         return value.replace(secret, "***") if isinstance(value, str) else value
 
-    def opened() -> DurableRun:
+    def opened() -> Attempt:
         log = RecordingLog()
-        return DurableRun.open(
+        return Attempt.open(
             local_store(tmp_path, IDENTITY, warn=log.warning), attempt=1, log=log, options=AttemptOptions(redact=redact)
         )
 

@@ -369,7 +369,7 @@ def test_an_earlier_runs_cache_is_deleted_but_the_call_it_cut_off_stays_in_doubt
     the same call, with the same idempotency key, and must not charge again silently."""
     from tests.helpers.durable import RecordingLog
 
-    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
+    from airflow_pydantic_ai.durable import Attempt, AttemptOptions
 
     charges: list[int] = []
     agent = _agent(charges, cut_off_on={1})
@@ -378,7 +378,7 @@ def test_an_earlier_runs_cache_is_deleted_but_the_call_it_cut_off_stays_in_doubt
     log = RecordingLog()
     rules = OutcomeRules(on_unknown="fail", resolve_command="airflow pydantic-ai cache resolve d r t")
     options = AttemptOptions(belongs=lambda tries: False, unknown_outcome=rules)
-    run = DurableRun.open(harness.store(log), attempt=1, log=log, options=options)
+    run = Attempt.open(harness.store(log), attempt=1, log=log, options=options)
     left, kept = log.at("warning")
     assert "(1 step by try 1, written " in left, "the start mark is no step"
     assert "kept the start marks of 1 at-most-once call" in kept and "tool charge_card (call c1)" in kept
@@ -396,7 +396,7 @@ def test_a_start_mark_kept_from_an_earlier_run_does_not_make_the_new_runs_cache_
     find tries 1 and 2) must still replay what its own try 1 recorded, not discard it as an earlier run's."""
     from tests.helpers.durable import RecordingLog
 
-    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
+    from airflow_pydantic_ai.durable import Attempt, AttemptOptions
 
     charges: list[int] = []
     agent = _agent(charges, cut_off_on={1})
@@ -409,7 +409,7 @@ def test_a_start_mark_kept_from_an_earlier_run_does_not_make_the_new_runs_cache_
             belongs=lambda tries, latest=new_try - 1: all(attempt <= latest for attempt in tries),
             unknown_outcome=rules,
         )
-        run = DurableRun.open(harness.store(log), attempt=new_try, log=log, options=options)
+        run = Attempt.open(harness.store(log), attempt=new_try, log=log, options=options)
         with pytest.raises(OutcomeUnknown), run.ending():
             run_agent(run, agent, "charge it")
         earlier = [line for line in log.at("warning") if "left by an earlier run" in line]

@@ -8,7 +8,7 @@ from pathlib import Path
 from tests.helpers.cache_fixture import FIXTURE, IDENTITY, replay_the_fixture
 from tests.helpers.durable import RecordingLog, local_store
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore
+from airflow_pydantic_ai.durable import Attempt, DurableCapability, StepStore
 
 
 def copy_fixture(base: Path) -> None:
@@ -53,14 +53,14 @@ def test_a_0_1_0_cache_of_a_provider_that_stamps_its_answers_replays_every_step(
     def store() -> StepStore:
         return local_store(tmp_path, IDENTITY)
 
-    first = DurableRun.open(store(), attempt=1, log=RecordingLog())
-    first.keys.use_release_0_1_0_keys()  # as 0.1.0 keyed them
+    first = Attempt.open(store(), attempt=1, log=RecordingLog())
+    first.first.keys.use_release_0_1_0_keys()  # as 0.1.0 keyed them
     agent.run_sync("go", capabilities=[DurableCapability(first)])
     for entry in store().load().entries.values():  # as 0.1.0 wrote them: no recorded_at
         store().put(replace(entry, recorded_at=None, role=None, call_id=None))
 
     log = RecordingLog()
-    second = DurableRun.open(store(), attempt=2, log=log)
+    second = Attempt.open(store(), attempt=2, log=log)
     assert agent.run_sync("go", capabilities=[DurableCapability(second)]).output == "done"
     assert calls == ["lookup"]
-    assert (second.replayed.model, second.replayed.tool, second.executed.total) == (2, 1, 0)
+    assert (second.stats.replayed.model, second.stats.replayed.tool, second.stats.executed.total) == (2, 1, 0)

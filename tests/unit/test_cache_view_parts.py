@@ -13,7 +13,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.durable import RecordingLog, local_store, task_identity
 
 from airflow_pydantic_ai.cache_tools.access import OutsideCacheBase, _check_inside, open_cache
-from airflow_pydantic_ai.durable import CacheReader, DurableCapability, DurableRun, StepStore
+from airflow_pydantic_ai.durable import Attempt, CacheReader, DurableCapability, StepStore
 from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, latest_attempt
 from airflow_pydantic_ai.ui.guard import FormTokens, cross_site_problem
 from airflow_pydantic_ai.ui.pages import TaskRef, ViewData, view_page
@@ -75,7 +75,7 @@ def _store(base: Path) -> StepStore:
 
 def _attempt(base: Path, attempt: int, *, fail: bool, instructions: str = "") -> RecordingLog:
     log = RecordingLog()
-    run = DurableRun.open(_store(base), attempt=attempt, log=log)
+    run = Attempt.open(_store(base), attempt=attempt, log=log)
     agent = _agent(fail)
     if instructions:
         agent = Agent(agent.model, instructions=instructions, toolsets=agent.toolsets[1:] or agent.toolsets)

@@ -13,7 +13,7 @@ from pydantic_ai.usage import RequestUsage
 from tests.helpers.weather import flaky_agent
 
 from airflow_pydantic_ai.durable import run_agent
-from airflow_pydantic_ai.durable.reporting.accounting import Accounting
+from airflow_pydantic_ai.durable.reporting.accounting import Accounting, StepCount
 from airflow_pydantic_ai.durable.reporting.cost import response_cost
 from airflow_pydantic_ai.durable.reporting.report import REPORT_SCHEMA_VERSION, DurableReport
 
@@ -81,15 +81,21 @@ def _priced_tally(live_unpriced: int = 0) -> Accounting:
     """Try 2 of a priced model: one model step and one tool call replayed, one of each live."""
     tally = Accounting()
     tally.step(
-        "model", replayed=True, usage=RequestUsage(input_tokens=203, output_tokens=20), cost=Decimal("0.0007075")
+        StepCount(
+            "model", replayed=True, usage=RequestUsage(input_tokens=203, output_tokens=20), cost=Decimal("0.0007075")
+        )
     )
-    tally.step("tool", replayed=True)
+    tally.step(StepCount("tool", replayed=True))
     tally.step(
-        "model", replayed=False, usage=RequestUsage(input_tokens=103, output_tokens=10), cost=Decimal("0.0003575")
+        StepCount(
+            "model", replayed=False, usage=RequestUsage(input_tokens=103, output_tokens=10), cost=Decimal("0.0003575")
+        )
     )
     for _ in range(live_unpriced):
-        tally.step("model", replayed=False, usage=RequestUsage(input_tokens=1000, output_tokens=0), cost=None)
-    tally.step("tool", replayed=False)
+        tally.step(
+            StepCount("model", replayed=False, usage=RequestUsage(input_tokens=1000, output_tokens=0), cost=None)
+        )
+    tally.step(StepCount("tool", replayed=False))
     return tally
 
 

@@ -22,7 +22,7 @@ def test_prompt_change_reruns_model_and_downstream_tools(harness):
     agent = counting_agent(calls)
     harness.run(agent, "weather report")
     _, run, log = harness.run(agent, "weather report, please")
-    assert run.replayed.total == 0
+    assert run.stats.replayed.total == 0
     assert calls == {"lookup": 2, "notify": 2}, "TestModel reuses tool call ids; the tools must still rerun"
     [warning] = log.at("warning")
     assert "step 4: model test:test differs from what attempt 1 recorded" in warning
@@ -60,7 +60,7 @@ def test_the_warning_names_the_recorded_step_it_differs_from_and_the_try_that_re
     instructions["text"] = "answer in three words"
     _, run, log = harness.run(agent, "weather in Paris")
 
-    assert (run.replayed.total, run.executed.total) == (2, 1)
+    assert (run.stats.replayed.total, run.stats.executed.total) == (2, 1)
     [warning] = log.at("warning")
     # The new request is listed as step 5; the request it is compared with is try 2's, listed as step 4.
     assert warning == (
@@ -85,7 +85,7 @@ def test_changed_component_is_named(harness, change, expected):
     _, run, log = harness.run(counting_agent(calls, **change), "weather report")
     [warning] = log.at("warning")
     assert expected in warning
-    assert run.replayed.total == 0
+    assert run.stats.replayed.total == 0
 
 
 def _history(*prompts: str) -> list[ModelMessage]:
@@ -116,7 +116,7 @@ def test_message_history_changes_are_named_as_history(harness, before, after, ex
     _, run, log = harness.run(agent, prompt, message_history=_history(*history))
     [warning] = log.at("warning")
     assert warning.endswith(f"changed: {', '.join(expected)}. It runs live, and so does every step after it.")
-    assert run.replayed.total == 0
+    assert run.stats.replayed.total == 0
 
 
 def test_settings_change_invalidates_downstream_even_if_answer_is_identical(harness):
@@ -125,14 +125,14 @@ def test_settings_change_invalidates_downstream_even_if_answer_is_identical(harn
     # TestModel answers the same whatever the temperature: the tools must rerun all the same.
     _, run, _ = harness.run(counting_agent(calls, model_settings={"temperature": 0.3}), "weather report")
     assert calls == {"lookup": 2, "notify": 2}
-    assert run.replayed.total == 0
+    assert run.stats.replayed.total == 0
 
 
 def test_transport_settings_do_not_invalidate(harness):
     calls: dict[str, int] = {}
     harness.run(counting_agent(calls, model_settings={"timeout": 10}), "weather report")
     _, run, log = harness.run(counting_agent(calls, model_settings={"timeout": 99, "max_retries": 3}), "weather report")
-    assert run.executed.total == 0 and run.replayed.total == 4
+    assert run.stats.executed.total == 0 and run.stats.replayed.total == 4
     assert not log.at("warning")
 
 
@@ -156,7 +156,7 @@ def test_nothing_is_stored_after_a_request_that_cannot_be_fingerprinted(harness,
     harness.run(agent, "weather report")
     _, run, log = harness.run(agent, "weather report")
     assert calls == {"lookup": 2, "notify": 2}
-    assert run.replayed.total == 0
+    assert run.stats.replayed.total == 0
     assert any("cannot be fingerprinted" in warning for warning in log.at("warning"))
     assert not list((tmp_path / "cache").rglob("*.json")), "entries no later request could ever match"
 
@@ -206,5 +206,5 @@ def test_history_rewritten_by_a_processor_is_seen(harness, rewrite):
         harness.run(agent_writing("[omitted]"), "go")
         result, run, log = harness.run(agent_writing("[omitted by v2]"), "go")
     assert result.output == "based on [omitted by v2]"
-    assert run.executed.model >= 1, "the request that saw the new placeholder ran live"
+    assert run.stats.executed.model >= 1, "the request that saw the new placeholder ran live"
     assert any("changed: message history" in warning for warning in log.at("warning"))

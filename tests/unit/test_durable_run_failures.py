@@ -21,7 +21,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from tests.helpers.durable import DurableHarness
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun
+from airflow_pydantic_ai.durable import Attempt, DurableCapability
 
 
 def test_unexpected_model_behavior_answer_is_not_replayed(harness):
@@ -41,8 +41,8 @@ def test_unexpected_model_behavior_answer_is_not_replayed(harness):
     run2, _ = harness.open()
     with pytest.raises(UnexpectedModelBehavior):
         agent.run_sync("go", capabilities=[DurableCapability(run2)])
-    assert run2.replayed.model == live_first - 1, "every answer but the last one replays"
-    assert run2.executed.model == 1
+    assert run2.stats.replayed.model == live_first - 1, "every answer but the last one replays"
+    assert run2.stats.executed.model == 1
 
 
 def test_a_provider_error_raised_as_unexpected_model_behavior_keeps_the_earlier_answers(harness):
@@ -72,7 +72,7 @@ def test_a_provider_error_raised_as_unexpected_model_behavior_keeps_the_earlier_
     result, run2, _ = harness.run(agent, "pay invoice 7")
     assert result.output == "paid"
     assert payments["n"] == 1, "the invoice was paid twice"
-    assert (run2.replayed.model, run2.replayed.tool) == (1, 1)
+    assert (run2.stats.replayed.model, run2.stats.replayed.tool) == (1, 1)
 
 
 def test_a_tool_failing_with_unexpected_model_behavior_keeps_the_answer_that_called_it(harness):
@@ -110,7 +110,7 @@ def test_a_tool_failing_with_unexpected_model_behavior_keeps_the_answer_that_cal
     result, run2, _ = harness.run(agent, "email bob and ask why")
     assert result.output == "done"
     assert emails == ["bob"], "the email went out twice"
-    assert (run2.replayed.model, run2.replayed.tool) == (1, 1)
+    assert (run2.stats.replayed.model, run2.stats.replayed.tool) == (1, 1)
 
 
 def test_unserializable_tool_result_runs_but_is_not_cached(harness):
@@ -173,7 +173,7 @@ def test_sync_tool_still_running_when_a_sibling_fails_is_recorded(harness, secon
     assert calls["slow"] == 1
     _, run, _ = harness.run(agent, "go")
     assert calls == {"slow": 1, "fails": 2}, "the slow side effect is not repeated"
-    assert run.replayed.tool == 1 and run.replayed.model == 1
+    assert run.stats.replayed.tool == 1 and run.stats.replayed.model == 1
 
 
 def test_stream_left_before_its_end_is_not_replayed(harness):
@@ -183,7 +183,7 @@ def test_stream_left_before_its_end_is_not_replayed(harness):
 
     agent: Agent[Any, Any] = Agent(FunctionModel(stream_function=long_answer))
 
-    async def consume(stop_early: bool) -> tuple[str, DurableRun]:
+    async def consume(stop_early: bool) -> tuple[str, Attempt]:
         run, _ = harness.open()
         chunks: list[str] = []
         async with agent.run_stream("count", capabilities=[DurableCapability(run)]) as result:
@@ -198,9 +198,9 @@ def test_stream_left_before_its_end_is_not_replayed(harness):
     assert first_run.store.load().entries == {}, "a partial answer is never stored"
     full, second = asyncio.run(consume(stop_early=False))
     assert full == "one two three four"
-    assert second.replayed.model == 0 and second.executed.model == 1
+    assert second.stats.replayed.model == 0 and second.stats.executed.model == 1
     third_text, third = asyncio.run(consume(stop_early=False))
-    assert third_text == full and third.replayed.model == 1
+    assert third_text == full and third.stats.replayed.model == 1
 
 
 # --- an outcome that made the run fail is never replayed (issue 8, item 1) ---------------------------
@@ -332,5 +332,5 @@ def test_a_retry_the_run_got_past_still_replays(harness):
     assert notified == [1, 2]
     # Replayed: the answers asking for the lookup (twice), its retry and its return. Asked again: the
     # answer that asked for notify (it failed the run with its retry), then the final answer.
-    assert (run.replayed.model, run.replayed.tool) == (2, 2)
-    assert (run.executed.model, run.executed.tool) == (2, 1)
+    assert (run.stats.replayed.model, run.stats.replayed.tool) == (2, 2)
+    assert (run.stats.executed.model, run.stats.executed.tool) == (2, 1)

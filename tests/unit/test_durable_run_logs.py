@@ -12,7 +12,7 @@ from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
 from tests.helpers.durable import counting_agent
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore
+from airflow_pydantic_ai.durable import Attempt, DurableCapability, StepStore
 
 
 def test_logs_never_contain_the_prompt_at_info(harness):
@@ -25,7 +25,7 @@ def test_python_logging_logger_works(harness, caplog):
     caplog.set_level(logging.INFO)
     log = logging.getLogger("durable-test")
     store = StepStore.for_task(fsspec.filesystem("file"), harness.base, "file://x", harness.identity, warn=log.warning)
-    run = DurableRun.open(store, attempt=1, log=log)
+    run = Attempt.open(store, attempt=1, log=log)
     Agent(TestModel()).run_sync("hi", capabilities=[DurableCapability(run)])
     run.log_summary()
     assert "Durable: replayed 0 cached steps (0 model, 0 tool), executed 1 new steps (1 model, 0 tool)" in caplog.text

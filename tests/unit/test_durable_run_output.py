@@ -16,7 +16,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from tests.helpers.durable import RecordingLog, local_store, task_identity
 
-from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
+from airflow_pydantic_ai.durable import Attempt, AttemptOptions
 
 
 @pytest.mark.parametrize("form", ["function", "tool-output", "text-output"])
@@ -41,7 +41,7 @@ def test_output_function_side_effects_are_replayed_not_repeated(harness, form):
     second, run, log = harness.run(agent, "file it")
     assert second.output == first.output == "TICKET-1"
     assert len(tickets) == 1, "the output function ran again"
-    assert run.executed.total == 0 and run.replayed.tool == 1
+    assert run.stats.executed.total == 0 and run.stats.replayed.tool == 1
     assert any("output function file_ticket" in line and "replayed" in line for line in log.at("info"))
 
 
@@ -69,7 +69,7 @@ def test_output_function_asking_for_a_retry_replays_the_same_path(harness, form)
     second, run, _ = harness.run(agent, "publish")
     assert second.output == first.output == "published final"
     assert calls == ["draft", "final"], "both calls replayed: the retry and the accepted one"
-    assert run.executed.total == 0
+    assert run.stats.executed.total == 0
 
 
 @pytest.mark.parametrize("form", ["function", "tool-output", "text-output"])
@@ -127,7 +127,7 @@ def test_an_output_validator_failing_after_the_function_returned_does_not_run_th
     expected = "TICKET-1 [triaged]" if validators == 2 else "TICKET-1"
     assert result.output == expected
     assert [call for call in checked if call[0] == "link"] == [("link", expected)] * 2, checked
-    assert (run.replayed.model, run.replayed.tool, run.executed.total) == (1, 1, 0)
+    assert (run.stats.replayed.model, run.stats.replayed.tool, run.stats.executed.total) == (1, 1, 0)
     blamed = [line for line in first.at("info") if "file_ticket" in line and "failed" in line]
     assert blamed and all("output validator link_ticket failed" in line for line in blamed), first.at("info")
     assert not any("it is not cached" in line for line in first.at("info"))
@@ -222,7 +222,7 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     log = RecordingLog()
     store = local_store(tmp_path / "cache", task_identity("d", "t", run_id="r"))
     secret = "hunter2-s3cr3t"
-    run = DurableRun.open(
+    run = Attempt.open(
         store, attempt=1, log=log, options=AttemptOptions(redact=lambda text: text.replace(secret, "***"))
     )
     run.record_output(f"the password is {secret}")
@@ -230,11 +230,11 @@ def test_an_output_holding_a_secret_is_not_recorded(tmp_path):
     warnings = log.at("warning")
     assert any("registered as secret" in text and "replays the steps" in text for text in warnings), warnings
     run.record_output("nothing to hide")
-    retry = DurableRun.open(store, attempt=2, log=log)
+    retry = Attempt.open(store, attempt=2, log=log)
     recorded = retry.recorded_output()
     assert recorded is not None and (recorded.value, recorded.attempt) == ("nothing to hide", 1)
     # The first try after a clear (or of a DAG run) never takes it: a clear asks for a new run.
-    cleared = DurableRun.open(store, attempt=2, log=log, options=AttemptOptions(takes_recorded_output=False))
+    cleared = Attempt.open(store, attempt=2, log=log, options=AttemptOptions(takes_recorded_output=False))
     assert cleared.recorded_output() is None
     assert any("first try since the DAG run started or the task was cleared" in text for text in log.at("warning"))
 

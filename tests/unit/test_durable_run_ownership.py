@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from tests.helpers.durable import RecordingLog, counting_agent
 
-from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
+from airflow_pydantic_ai.durable import Attempt, AttemptOptions
 
 
 def test_deleting_the_cache_forces_a_full_rerun(harness):
@@ -18,7 +18,7 @@ def test_deleting_the_cache_forces_a_full_rerun(harness):
     _, run, _ = harness.run(agent, "weather report")
     run.store.clear()
     _, run, log = harness.run(agent, "weather report")
-    assert run.replayed.total == 0 and calls == {"lookup": 2, "notify": 2}
+    assert run.stats.replayed.total == 0 and calls == {"lookup": 2, "notify": 2}
     assert not log.at("warning")
 
 
@@ -69,7 +69,7 @@ def test_a_cache_that_is_not_this_runs_is_deleted_with_one_warning(harness):
     with pytest.raises(ConnectionError):
         harness.run(counting_agent(calls, fail_on={"notify"}), "weather report")
     log = RecordingLog()
-    run = DurableRun.open(harness.store(log), attempt=1, log=log, options=AttemptOptions(belongs=lambda tries: False))
+    run = Attempt.open(harness.store(log), attempt=1, log=log, options=AttemptOptions(belongs=lambda tries: False))
     assert run.entries == {}
     [warning] = log.at("warning")
     assert "was left by an earlier run with the same ids, since deleted (2 steps by try 1, written " in warning

@@ -21,7 +21,7 @@ from pydantic_ai.usage import UsageLimits
 from tests.helpers.compat import requires_pydantic_ai
 from tests.helpers.durable import counting_agent
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun
+from airflow_pydantic_ai.durable import Attempt, DurableCapability
 
 
 def test_retry_replays_unchanged_steps(harness):
@@ -49,8 +49,8 @@ def test_full_replay_returns_same_output_without_calling_anything(harness):
     second, run, _log = harness.run(agent, "weather report")
     assert second.output == first.output
     assert calls == {"lookup": 1, "notify": 1}
-    assert run.replayed.model == 2 and run.replayed.tool == 2 and run.executed.total == 0
-    assert run.saved_input_tokens == first.usage.input_tokens
+    assert run.stats.replayed.model == 2 and run.stats.replayed.tool == 2 and run.stats.executed.total == 0
+    assert run.stats.saved_input_tokens == first.usage.input_tokens
     # Replayed steps cost no tokens in the second run's usage.
     assert second.usage.input_tokens == 0
 
@@ -78,7 +78,7 @@ def test_parallel_tools_finishing_in_reverse_order_all_replay(harness):
     assert finished == [3, 2, 1, 0]
     _, run, _log = harness.run(agent, "go")
     assert finished == [3, 2, 1, 0], "no tool ran again"
-    assert run.replayed.tool == 4 and run.replayed.model == 2 and run.executed.total == 0
+    assert run.stats.replayed.tool == 4 and run.stats.replayed.model == 2 and run.stats.executed.total == 0
 
 
 class Forecast(BaseModel):
@@ -93,7 +93,7 @@ def test_structured_output_replays_identically(harness):
     first, _, _ = harness.run(agent, "forecast")
     second, run, _ = harness.run(agent, "forecast")
     assert second.output == first.output == Forecast(city="Oslo", celsius=3.5)
-    assert run.replayed.model == 1 and run.executed.total == 0
+    assert run.stats.replayed.model == 1 and run.stats.executed.total == 0
 
 
 async def _stream_fn(messages: list[ModelMessage], info: AgentInfo):
@@ -113,7 +113,7 @@ def test_streaming_records_live_and_replays_as_completed_stream(harness):
         calls[city] = calls.get(city, 0) + 1
         return "sunny"
 
-    async def stream_once() -> tuple[str, DurableRun]:
+    async def stream_once() -> tuple[str, Attempt]:
         run, _log = harness.open()
         chunks: list[str] = []
         async with agent.run_stream("weather?", capabilities=[DurableCapability(run)]) as result:
@@ -125,7 +125,7 @@ def test_streaming_records_live_and_replays_as_completed_stream(harness):
     first, run1 = asyncio.run(stream_once())
     second, run2 = asyncio.run(stream_once())
     assert first == second == "it is sunny"
-    assert run1.executed.model == 2 and run2.replayed.model == 2 and run2.executed.total == 0
+    assert run1.stats.executed.model == 2 and run2.stats.replayed.model == 2 and run2.stats.executed.total == 0
     assert calls == {"Oslo": 1}
 
 
@@ -152,7 +152,7 @@ def test_model_retry_from_a_tool_is_replayed_as_a_retry(harness):
     harness.run(agent, "go")
     _, run, _ = harness.run(agent, "go")
     assert calls["n"] == 2
-    assert run.replayed.tool == 2 and run.executed.total == 0
+    assert run.stats.replayed.tool == 2 and run.stats.executed.total == 0
 
 
 def test_replayed_retries_do_not_lift_the_tool_calls_limit(harness):
@@ -188,12 +188,12 @@ def test_replayed_retries_do_not_lift_the_tool_calls_limit(harness):
     limits = UsageLimits(tool_calls_limit=1)
     run, _ = harness.open()
     with pytest.raises(ProviderDown):
-        agent.run_sync("go", capabilities=[DurableCapability(run)], usage_limits=run.usage_limits(limits))
+        agent.run_sync("go", capabilities=[DurableCapability(run)], usage_limits=run.first.usage_limits(limits))
     attempt["n"] = 2
     live.clear()
     run2, _ = harness.open()
     with pytest.raises(UsageLimitExceeded):
-        agent.run_sync("go", capabilities=[DurableCapability(run2)], usage_limits=run2.usage_limits(limits))
+        agent.run_sync("go", capabilities=[DurableCapability(run2)], usage_limits=run2.first.usage_limits(limits))
     assert live == [2], "one live call allowed on the retry (act 1 replayed), and no more"
 
 
@@ -239,7 +239,7 @@ def test_an_answer_from_a_fallback_model_replays_when_the_primary_is_back(harnes
     result, run, log = harness.run(agent, "charge the card")
     assert result.output == "done"
     assert charges == [10], "the card was charged twice"
-    assert (run.replayed.model, run.replayed.tool) == (1, 1)
+    assert (run.stats.replayed.model, run.stats.replayed.tool) == (1, 1)
     assert not log.at("warning")
 
 
@@ -252,16 +252,16 @@ def test_replayed_steps_do_not_count_against_usage_limits(harness):
     result = agent.run_sync(
         "weather report",
         capabilities=[DurableCapability(run)],
-        usage_limits=run.usage_limits(UsageLimits(request_limit=1, tool_calls_limit=1)),
+        usage_limits=run.first.usage_limits(UsageLimits(request_limit=1, tool_calls_limit=1)),
     )
-    assert run.replayed.model == 2 and "sunny" in result.output
+    assert run.stats.replayed.model == 2 and "sunny" in result.output
     run.store.clear()
     run3, _ = harness.open()
     with pytest.raises(UsageLimitExceeded):
         agent.run_sync(
             "weather report",
             capabilities=[DurableCapability(run3)],
-            usage_limits=run3.usage_limits(UsageLimits(request_limit=1)),
+            usage_limits=run3.first.usage_limits(UsageLimits(request_limit=1)),
         )
 
 
@@ -287,4 +287,4 @@ def test_toolset_capability_tools_are_covered(harness):
     agent: Agent[Any, Any] = Agent(TestModel(), capabilities=[Toolset(toolset)])
     harness.run(agent, "go")
     _, run, _ = harness.run(agent, "go")
-    assert calls["n"] == 1 and run.replayed.tool == 1
+    assert calls["n"] == 1 and run.stats.replayed.tool == 1

@@ -70,14 +70,15 @@ def test_damaged_entry_is_ignored_and_its_step_runs_live(tmp_path, damage, targe
     named = [warning for warning in log.at("warning") if victim.name in warning]
     assert named, f"no warning names {victim.name}: {log.lines}"
     assert any("live" in warning for warning in named), named
+    replayed, executed = run.stats.replayed, run.stats.executed
     if target == "tool":
         # fetch 2 ran again; the model answers and the other fetches replayed.
         assert calls == {"fetch 1": 1, "fetch 2": 2, "fetch 3": 1, "notify": 2}
-        assert (run.replayed.model, run.replayed.tool, run.executed.model, run.executed.tool) == (4, 2, 1, 2)
+        assert (replayed.model, replayed.tool, executed.model, executed.tool) == (4, 2, 1, 2)
     else:
         # Model step 2 ran live; it gave the same answer, so every tool call replayed.
         assert calls == {"fetch 1": 1, "fetch 2": 1, "fetch 3": 1, "notify": 2}
-        assert (run.replayed.model, run.replayed.tool, run.executed.model, run.executed.tool) == (3, 3, 2, 1)
+        assert (replayed.model, replayed.tool, executed.model, executed.tool) == (3, 3, 2, 1)
     if damage == "directory-in-place":
         # The live step cannot be stored over a directory: said once, and the run goes on.
         [error] = log.at("error")
@@ -91,7 +92,7 @@ def test_unrebuildable_model_entry_does_not_claim_the_run_diverged(tmp_path):
     victim = entries_on_disk(harness.root)[("model", 2)]
     victim.write_bytes(unrebuildable_payload(victim))
     _, run, log = harness.run(agent(), PROMPT)
-    assert run.replayed.tool == FETCHES, "the later steps did replay"
+    assert run.stats.replayed.tool == FETCHES, "the later steps did replay"
     assert not [warning for warning in log.at("warning") if "differs from what attempt" in warning], log.at("warning")
 
 
@@ -147,5 +148,5 @@ def test_every_damage_at_once_in_one_cache(tmp_path):
         assert sum(name in warning for warning in log.at("warning")) >= 1, damage
     assert calls[f"fetch {fetches}"] == 1, "the undamaged fetch replayed"
     assert all(calls[f"fetch {step}"] == 2 for step in range(1, fetches)), calls
-    assert run.replayed.tool == 1 and run.replayed.model == fetches + 1
+    assert run.stats.replayed.tool == 1 and run.stats.replayed.model == fetches + 1
     assert not any(".leftover.tmp" in line or "README" in line or ".bak" in line for _, line in log.lines)

@@ -73,7 +73,7 @@ def assert_asked_again(harness: DurableHarness, script: Script) -> None:
     result, run, _ = harness.run(answering_agent(script), PROMPT)
     assert result.output == "good"
     assert script.asked == asked + 1, "the model was asked again"
-    assert run.replayed.model == 0
+    assert run.stats.replayed.model == 0
 
 
 @pytest.mark.parametrize("copies", ["packed", "packed and single"])
@@ -137,7 +137,7 @@ def test_the_answer_asked_again_is_replayed_despite_the_tombstone(tmp_path):
     result, run, _ = harness.run(answering_agent(script), PROMPT)  # try 4 replays "good"
 
     assert result.output == "good"
-    assert script.asked == 2 and run.replayed.model == 1
+    assert script.asked == 2 and run.stats.replayed.model == 1
     [answer] = run.entries.values()
     assert (answer.attempt, list(forgotten_by(forgotten))) == (3, [answer.name]), "the same name, recorded later"
 

@@ -57,7 +57,7 @@ def test_a_cache_keyed_by_another_release_before_entries_named_it_replays(tmp_pa
     run, log = harness.open()
     # As release 0.3.0 recorded it under pydantic-ai `release`: every field of that release digested, no
     # recorded_with in the entries.
-    run.keys.fingerprinter.use(KeyScheme(LEGACY, release))
+    run.first.keys.fingerprinter.use(KeyScheme(LEGACY, release))
     run.writer.recorded_with = None
     persist = run.writer.persist
 
@@ -88,7 +88,7 @@ def test_a_cache_keyed_by_another_release_before_entries_named_it_replays(tmp_pa
     assert not log.at("warning"), log.lines
     assert recorded  # the first try did call the tools
     # What the replay records goes on in the scheme of the cache, and says so.
-    assert replay.keys.recorded_with() == {"pydantic_ai": installed_release(), "keys": LEGACY}
+    assert replay.first.keys.recorded_with() == {"pydantic_ai": installed_release(), "keys": LEGACY}
 
 
 def test_a_miss_under_another_release_names_both_releases(tmp_path: Path) -> None:

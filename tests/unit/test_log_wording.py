@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic_ai.usage import RequestUsage
 from tests.helpers.durable import RecordingLog
 
-from airflow_pydantic_ai.durable.reporting.stats import AttemptStats
+from airflow_pydantic_ai.durable.reporting.stats import AttemptStats, StepCount
 from airflow_pydantic_ai.durable.wording import plural
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,9 +24,9 @@ def _stats(
     for side, (models, tools) in ((True, replayed), (False, executed)):
         for index in range(models):
             usage = RequestUsage(input_tokens=saved[0], output_tokens=saved[1]) if side and index == 0 else None
-            stats.step_done("model", replayed=side, usage=usage)
+            stats.step_done(StepCount("model", replayed=side, usage=usage))
         for _ in range(tools):
-            stats.step_done("tool", replayed=side)
+            stats.step_done(StepCount("tool", replayed=side))
     return stats
 
 
@@ -65,13 +65,13 @@ def test_the_lines_after_the_summary_agree_with_their_numbers() -> None:
 def test_the_opening_line_counts_the_steps_found_in_words(tmp_path: Path) -> None:
     from tests.helpers.durable import local_store, task_identity
 
-    from airflow_pydantic_ai.durable import DurableRun
+    from airflow_pydantic_ai.durable import Attempt
     from airflow_pydantic_ai.durable.storage.entry import StepEntry
 
     store = local_store(tmp_path, task_identity())
     store.put(StepEntry(kind="model", key="a" * 64, step=1, attempt=1, label="test", payload={"response": {}}))
     log = RecordingLog()
 
-    DurableRun.open(store, attempt=2, log=log)
+    Attempt.open(store, attempt=2, log=log)
 
     assert any(line.startswith("Durable: found 1 step recorded by earlier attempts (") for line in log.at("info"))

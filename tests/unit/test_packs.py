@@ -59,7 +59,7 @@ def test_a_failed_try_packs_its_entries_and_the_retry_replays_them_all(tmp_path)
     result, run, log = harness.run(build_agent(calls, fail), PROMPT)
 
     assert result.output == expected_output()
-    assert (run.replayed.model, run.replayed.tool) == (4, 3)
+    assert (run.stats.replayed.model, run.stats.replayed.tool) == (4, 3)
     assert calls == {"fetch 1": 1, "fetch 2": 1, "fetch 3": 1, "notify": 2}
     assert not log.at("warning") and not log.at("error")
 
@@ -98,7 +98,7 @@ def test_a_pack_written_half_way_is_ignored_with_a_warning_and_its_steps_run_liv
     result, run, log = harness.run(build_agent(calls, fail), PROMPT)
 
     assert result.output == expected_output()
-    assert run.replayed.total == 0, "nothing of a torn pack is replayed"
+    assert run.stats.replayed.total == 0, "nothing of a torn pack is replayed"
     [warning] = [line for line in log.at("warning") if pack.name in line]
     assert "half-way" in warning and "run live" in warning
 
@@ -116,7 +116,7 @@ def test_a_damaged_entry_inside_a_pack_costs_that_entry_only(tmp_path):
 
     assert result.output == expected_output()
     assert calls == {"fetch 1": 1, "fetch 2": 2, "fetch 3": 1, "notify": 2}, "only fetch 2 ran again"
-    assert (run.replayed.model, run.replayed.tool) == (4, 2)
+    assert (run.stats.replayed.model, run.stats.replayed.tool) == (4, 2)
     [warning] = log.at("warning")
     assert victim in warning and pack.name in warning and "checksum" in warning
 
@@ -131,7 +131,7 @@ def test_a_damaged_pack_loses_nothing_a_single_entry_still_holds(tmp_path):
     result, run, log = harness.run(build_agent(calls, fail), PROMPT)
 
     assert result.output == expected_output()
-    assert (run.replayed.model, run.replayed.tool) == (4, 3), "every step came from its single entry"
+    assert (run.stats.replayed.model, run.stats.replayed.tool) == (4, 3), "every step came from its single entry"
     assert len(singles) == STEPS
     [warning] = log.at("warning")
     assert pack.name in warning and "single entries" in warning
@@ -158,7 +158,7 @@ def test_a_pack_beside_the_singles_it_holds_replays_each_step_once(tmp_path):
     result, run, log = harness.run(build_agent(calls, fail), PROMPT)
 
     assert result.output == expected_output()
-    assert (run.replayed.model, run.replayed.tool) == (4, 3)
+    assert (run.stats.replayed.model, run.stats.replayed.tool) == (4, 3)
     assert len(run.entries) == STEPS
     assert not log.at("warning")
     assert [step.number for step in CacheReader(harness.store()).steps()] == list(range(1, STEPS + 3))
@@ -193,7 +193,7 @@ def test_a_pack_of_another_task_instance_is_never_replayed(tmp_path):
     result, run, log = other.run(build_agent(Counter(), {"fail": False}), PROMPT)
 
     assert result.output == expected_output()
-    assert run.replayed.total == 0
+    assert run.stats.replayed.total == 0
     assert any("another task instance" in line for line in log.at("warning"))
 
 
@@ -291,7 +291,7 @@ def test_delete_from_step_n_of_a_packed_cache_forks_there(tmp_path):
     assert [step.number for step in CacheReader(harness.store()).steps()] == [1, 2, 3]
     result, run, _ = harness.run(build_agent(calls, fail), PROMPT)
     assert result.output == expected_output()
-    assert (run.replayed.model, run.replayed.tool) == (2, 1)
+    assert (run.stats.replayed.model, run.stats.replayed.tool) == (2, 1)
     assert calls["fetch 2"] == 2 and calls["fetch 1"] == 1
 
 

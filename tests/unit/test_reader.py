@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.cache_fixture import FIXTURE, IDENTITY, fixture_agent
 from tests.helpers.durable import RecordingLog, local_store
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun, StepStore, TaskIdentity
+from airflow_pydantic_ai.durable import Attempt, DurableCapability, StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.storage.reader import CacheReader
 
 
@@ -23,7 +23,7 @@ def store_for(base: Path, identity: TaskIdentity = IDENTITY, log: RecordingLog |
 
 def run_attempt(base: Path, attempt: int, calls: list[str]) -> tuple[Any, RecordingLog]:
     log = RecordingLog()
-    run = DurableRun.open(store_for(base, log=log), attempt=attempt, log=log)
+    run = Attempt.open(store_for(base, log=log), attempt=attempt, log=log)
     try:
         result = fixture_agent(calls).run_sync("triage", capabilities=[DurableCapability(run)])
     finally:

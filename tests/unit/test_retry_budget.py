@@ -114,14 +114,14 @@ def test_a_streamed_request_is_refused_before_it_is_sent(harness):
 def test_a_resumed_try_keeps_what_it_spent_before_the_wait(harness):
     from tests.helpers.durable import RecordingLog
 
-    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
+    from airflow_pydantic_ai.durable import Attempt, AttemptOptions
 
     agent = agent_failing_once([])
     with pytest.raises(ConnectionError):
         harness.run(agent, "weather", run_options={"budget": UsageLimits(request_limit=10)})
     # The same try number again: a resume after a wait (a deferral keeps the try number).
     log = RecordingLog()
-    resumed = DurableRun.open(
+    resumed = Attempt.open(
         harness.store(log), attempt=1, log=log, options=AttemptOptions(budget=UsageLimits(request_limit=10))
     )
     assert resumed.budget is not None

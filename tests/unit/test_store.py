@@ -154,7 +154,7 @@ def test_an_entry_copied_from_another_task_instance_is_never_replayed(tmp_path, 
     from pydantic_ai import Agent
     from pydantic_ai.models.test import TestModel
 
-    from airflow_pydantic_ai.durable import DurableCapability, DurableRun
+    from airflow_pydantic_ai.durable import Attempt, DurableCapability
 
     cipher = Fernet(Fernet.generate_key()) if encrypted else None
     prices = iter(["101.5", "97.25"])
@@ -164,10 +164,10 @@ def test_an_entry_copied_from_another_task_instance_is_never_replayed(tmp_path, 
     def get_price(symbol: str) -> str:
         return next(prices)
 
-    def open_run(run_id: str, log: RecordingLog) -> DurableRun:
+    def open_run(run_id: str, log: RecordingLog) -> Attempt:
         identity = task_identity("prices", "quote", run_id=run_id)
         store = local_store(tmp_path / "base", identity, warn=log.warning, cipher=cipher)
-        return DurableRun.open(store, attempt=1, log=log)
+        return Attempt.open(store, attempt=1, log=log)
 
     yesterday = open_run("scheduled__2026-11-22", RecordingLog())
     agent.run_sync("quote ACME", capabilities=[DurableCapability(yesterday)])
@@ -176,7 +176,7 @@ def test_an_entry_copied_from_another_task_instance_is_never_replayed(tmp_path, 
     log = RecordingLog()
     today = open_run("scheduled__2026-11-23", log)
     result = agent.run_sync("quote ACME", capabilities=[DurableCapability(today)])
-    assert today.replayed.total == 0
+    assert today.stats.replayed.total == 0
     assert "97.25" in result.output, "today's price, not yesterday's"
     assert sum("written for another task instance" in warning for warning in log.at("warning")) == 3
 

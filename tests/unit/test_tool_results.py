@@ -48,7 +48,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.durable import DurableHarness, task_identity
 
-from airflow_pydantic_ai.durable import DurableCapability, DurableRun
+from airflow_pydantic_ai.durable import Attempt, DurableCapability
 
 IDENTITY = task_identity("results_dag", "agent")
 
@@ -89,7 +89,7 @@ class Outcome:
     seen_by_model: list[Any]
     warnings: list[list[str]]
     errors: list[list[str]]
-    runs: list[DurableRun]
+    runs: list[Attempt]
     seconds: list[float]
     root: Path
 
@@ -121,7 +121,7 @@ def twice(tmp_path: Path, factory: Any) -> Outcome:
     seen: list[Any] = []
     warnings: list[list[str]] = []
     errors: list[list[str]] = []
-    runs: list[DurableRun] = []
+    runs: list[Attempt] = []
     seconds: list[float] = []
     for attempt in (1, 2):
         started = time.perf_counter()
@@ -312,7 +312,7 @@ EXACT = {
 def test_result_is_replayed_with_its_type_and_value(tmp_path, make):
     outcome = twice(tmp_path, make)
     assert outcome.executions == 1, f"the tool ran again; warnings: {outcome.warnings}"
-    assert outcome.runs[1].replayed.tool == 1
+    assert outcome.runs[1].stats.replayed.tool == 1
     assert type(outcome.replayed) is type(outcome.live)
     assert outcome.replayed == outcome.live
     if isinstance(outcome.live, (set, frozenset)):
@@ -393,7 +393,7 @@ def test_result_that_cannot_be_rebuilt_is_not_cached_and_the_tool_runs_again(tmp
     for warnings in outcome.warnings:
         assert any("result of step 2: tool make" in w and "is not cached" in w for w in warnings), warnings
     assert outcome.errors == [[], []]
-    assert outcome.runs[1].replayed.tool == 0 and outcome.runs[1].replayed.model == 1
+    assert outcome.runs[1].stats.replayed.tool == 0 and outcome.runs[1].stats.replayed.model == 1
     assert not list(outcome.root.glob("tool-*.json")), "nothing was stored for the tool"
     assert outcome.seen_by_model[0] == outcome.seen_by_model[1]
 

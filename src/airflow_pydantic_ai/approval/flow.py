@@ -37,7 +37,7 @@ from airflow_pydantic_ai.approval.request import (
     outcome_field,
 )
 from airflow_pydantic_ai.approval.wait import RENDERED_FIELD, parks_for_input, publish_request, wait_for_answer
-from airflow_pydantic_ai.durable import DecisionStep, DurableRun, WaitingForDecisions
+from airflow_pydantic_ai.durable import Attempt, DecisionStep, WaitingForDecisions
 from airflow_pydantic_ai.durable.side_effects import (
     CallInDoubt,
     Resolution,
@@ -215,7 +215,7 @@ def ask(
     wait_for_answer(operator, context, request, timeout=settings.timeout, kwargs=kwargs)
 
 
-def record_answer(run: DurableRun, resume: Resume, *, settings: ApprovalSettings, log: Any) -> None:
+def record_answer(run: Attempt, resume: Resume, *, settings: ApprovalSettings, log: Any) -> None:
     """Record the answer's decisions in the cache (calls it leaves undecided are asked again), or what happened
     to the call in doubt asked about."""
     if resume.doubts:
@@ -279,7 +279,7 @@ def ask_about_outcome(
     context: Any,
     doubt: CallInDoubt,
     *,
-    run: DurableRun,
+    run: Attempt,
     settings: ApprovalSettings,
     previous: Resume | None,
     log: Any,
@@ -357,7 +357,7 @@ def ask_about_outcome(
     wait_for_answer(operator, context, request, timeout=settings.timeout, kwargs=kwargs)
 
 
-def _record_outcomes(run: DurableRun, resume: Resume, *, log: Any) -> None:
+def _record_outcomes(run: Attempt, resume: Resume, *, log: Any) -> None:
     """Record what the person said happened to each call in doubt asked about (nothing for a call the answer says
     nothing usable about: the run then asks again)."""
     refs = [str(asked.get("ref")) for asked in resume.doubts]
@@ -374,7 +374,7 @@ def _record_outcomes(run: DurableRun, resume: Resume, *, log: Any) -> None:
         _record_outcome(run, asked, answers, log=log)
 
 
-def _record_outcome(run: DurableRun, asked: dict[str, Any], answers: OutcomeAnswers, *, log: Any) -> None:
+def _record_outcome(run: Attempt, asked: dict[str, Any], answers: OutcomeAnswers, *, log: Any) -> None:
     ref, tool = str(asked.get("ref")), str(asked.get("tool"))
     answer = answers.answers.get(ref) or OutcomeAnswer()
     doubt = run.call_in_doubt(str(asked.get("key")), tool)
@@ -395,7 +395,7 @@ def _record_outcome(run: DurableRun, asked: dict[str, Any], answers: OutcomeAnsw
         )
         return
     if answers.timed_out:
-        rules = replace(run.outcomes, can_ask=False)  # asking is over: the error names the other ways
+        rules = replace(run.options.unknown_outcome, can_ask=False)  # asking is over: the error names the other ways
         raise unknown_outcome_error(doubt, rules, redact=_compat.redact, why=f"{answers.timed_out}, so the task fails")
     if answer.answer is None:
         log.warning(

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from airflow_pydantic_ai.durable.faces import load_name
 
 if TYPE_CHECKING:
+    from airflow_pydantic_ai.durable.attempt.attempt import Attempt
     from airflow_pydantic_ai.durable.attempt.embedding import attempt_block, note_ending
     from airflow_pydantic_ai.durable.attempt.opening import AttemptOptions, Recording
     from airflow_pydantic_ai.durable.attempt.replay_policy import DurableMode, ReplayPolicy, check_mode
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
     from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
     from airflow_pydantic_ai.durable.interception.run_agent import run_agent
@@ -37,13 +37,13 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = [
+    "Attempt",
     "AttemptOptions",
     "Decision",
     "DecisionStep",
     "DurableCapability",
     "DurableMode",
     "DurableReport",
-    "DurableRun",
     "Recording",
     "Region",
     "ReplayPolicy",
@@ -61,13 +61,13 @@ __all__ = [
 
 # Which module holds each public name (the one place to update when a name moves).
 _HOMES = {
+    "Attempt": "attempt.attempt",
     "AttemptOptions": "attempt.opening",
     "Decision": "steps.decision",
     "DecisionStep": "steps.decision",
     "DurableCapability": "interception.capability",
     "DurableMode": "attempt.replay_policy",
     "DurableReport": "reporting.report",
-    "DurableRun": "attempt.run",
     "Recording": "attempt.opening",
     "Region": "storage.identity",
     "ReplayPolicy": "attempt.replay_policy",
@@ -93,6 +93,7 @@ _DOCUMENTED_BEFORE = {
     "CacheReader": "storage.reader",
     "DurableConfigError": "errors",
     "DurableError": "errors",
+    "DurableRun": "attempt.attempt",
     "DurableStorageError": "errors",
     "StepDetail": "storage.reader",
     "StepInfo": "storage.reader",

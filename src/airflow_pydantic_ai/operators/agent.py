@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pydantic_ai.usage import UsageLimits
 
     from airflow_pydantic_ai.approval import Resume
-    from airflow_pydantic_ai.durable import DurableRun
+    from airflow_pydantic_ai.durable import Attempt
     from airflow_pydantic_ai.tries.modes import ModeSettings
 
 __all__ = ["AgentOperator"]
@@ -258,7 +258,7 @@ class AgentOperator(BaseOperator):
             _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
             return _to_xcom(self._run_plain(agent, prompt, model).output)
-        from airflow_pydantic_ai.durable import DurableRun, run_agent
+        from airflow_pydantic_ai.durable import Attempt, run_agent
         from airflow_pydantic_ai.tries.lifecycle import hint_at_retries, note_how_the_try_ends, start_durable_run
         from airflow_pydantic_ai.tries.report import publish_report
 
@@ -275,7 +275,7 @@ class AgentOperator(BaseOperator):
             )
         except BaseException:
             # Every durable attempt logs its summary, also one that failed before any step ran.
-            self.log.info(DurableRun.empty_summary())
+            self.log.info(Attempt.empty_summary())
             raise
         # issue 22: the report as XCom durable_report and Airflow metrics, whatever the outcome
         run.when_ended(lambda report: publish_report(context, report, log=self.log, push=self.do_xcom_push))
@@ -325,7 +325,7 @@ class AgentOperator(BaseOperator):
         agent = self.build_agent()
         return prompt, agent, self._model() if self.agent is not None else None
 
-    def _complete(self, context: Any, run: DurableRun, output: Any) -> Any:
+    def _complete(self, context: Any, run: Attempt, output: Any) -> Any:
         """Record the output (durable), push it, and have the cache deleted once Airflow records the success.
 
         Until then every recorded step stays: a worker killed after this point (before Airflow stores the
@@ -343,7 +343,7 @@ class AgentOperator(BaseOperator):
             self._delete_cache_after_success(run)
         return output
 
-    def _delete_cache_after_success(self, run: DurableRun) -> None:
+    def _delete_cache_after_success(self, run: Attempt) -> None:
         """Delete the cache from a success callback: Airflow's task runner calls those only after the
         supervisor has stored the task's success (Airflow 3.1, 3.2 and 3.3 alike).
 

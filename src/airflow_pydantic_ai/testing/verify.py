@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable import StepStore
+    from airflow_pydantic_ai.durable import Attempt, StepStore
     from airflow_pydantic_ai.durable.read import StepEntry
     from airflow_pydantic_ai.operators.agent import AgentOperator
 
@@ -68,15 +68,14 @@ def verify_task(
     run_id: str = "verify",
 ) -> Verdict:
     """Replay ``store``'s steps (and ``extra``, a fixture's) for ``task`` in replay mode, calling nothing live."""
-    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, Recording, ReplayPolicy, run_agent
+    from airflow_pydantic_ai.durable import Attempt, AttemptOptions, Recording, ReplayPolicy, run_agent
     from airflow_pydantic_ai.durable.errors import ReplayMiss
     from airflow_pydantic_ai.tries.modes import mask
 
     policy = ReplayPolicy(mode="replay", mask=mask, source=source, agent=f"the agent of task {task.task_id!r}")
     options = AttemptOptions(policy=policy, recording=Recording(extra, source) if extra else None)
-    run = DurableRun.open(store, attempt=1, log=_QuietLog(), options=options)
-    recorded = sum(entry.is_step for entry in run.entries.values())
-    if not recorded:
+    run = Attempt.open(store, attempt=1, log=_QuietLog(), options=options)
+    if not run.steps_found().recorded:
         return Verdict(task.task_id, "error", f"nothing recorded in {source}")
     try:
         context = _context(dag, task, run_id)
@@ -93,27 +92,26 @@ def verify_task(
         if isinstance(miss, ReplayMiss) and miss.changed:
             return Verdict(task.task_id, "diverged", f"diverges{_releases(run)}: {miss}")
         if miss is not None:  # a failed run's cache ends here: its retry would run on live from this step
-            return Verdict(task.task_id, "clean", _clean(run, source, ends_at=run.keys.model_steps))
+            return Verdict(task.task_id, "clean", _clean(run, source, ends_at=run.steps_found().model_steps))
         return Verdict(task.task_id, "error", f"the replay failed: {type(error).__name__}: {error}")
     return Verdict(task.task_id, "clean", _clean(run, source))
 
 
-def _releases(run: Any) -> str:
+def _releases(run: Attempt) -> str:
     """Issue 34: when the recording was made under another pydantic-ai release than the one installed here (``cache
     verify`` run in the environment of an upgrade), the words that say which, so that the verdict answers "what
     would run live after this upgrade"; empty otherwise."""
-    from airflow_pydantic_ai.durable.read import installed_release, recorded_release
+    from airflow_pydantic_ai.durable.read import installed_release
 
     here = installed_release()
-    named = {recorded_release(entry.recorded_with) for entry in run.entries.values() if entry.is_step}
-    others = sorted(release for release in named - {None, here} if release is not None)
+    others = sorted(release for release in run.steps_found().releases - {None, here} if release is not None)
     if others:
         return f" (recorded under pydantic-ai {', '.join(others)}; installed here: {here})"
     return ""  # the same release, or entries written before they named theirs (0.3.0 and earlier)
 
 
-def _clean(run: Any, source: str, ends_at: int | None = None) -> str:
-    replayed = run.stats.replayed
+def _clean(run: Attempt, source: str, ends_at: int | None = None) -> str:
+    replayed = run.steps_found().replayed
     steps = f"{replayed.model} model and {replayed.tool} tool steps from {source}{_releases(run)}"
     if ends_at is None:
         return f"replays cleanly ({steps})"

@@ -30,7 +30,7 @@ from airflow_pydantic_ai.tries.which_try import (
 if TYPE_CHECKING:
     from pydantic_ai.usage import UsageLimits
 
-    from airflow_pydantic_ai.durable import DurableRun, TaskLogger
+    from airflow_pydantic_ai.durable import Attempt, TaskLogger
     from airflow_pydantic_ai.durable.side_effects import OutcomeRules
     from airflow_pydantic_ai.tries.modes import ModeSettings
 
@@ -133,7 +133,7 @@ def start_durable_run(
     modes: ModeSettings | None = None,
     usage_limits: UsageLimits | None = None,
     no_person: str | None = None,
-) -> DurableRun:
+) -> Attempt:
     """Open the durable cache of the running task instance and start this try.
 
     ``resuming``: the try continues after a wait (an approval answered, in ``awaiting_input`` or deferred),
@@ -150,7 +150,7 @@ def start_durable_run(
     the task asks through human-in-the-loop (``on_unknown_outcome='ask'``, :func:`outcome_rules`).
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
-    from airflow_pydantic_ai.durable import AttemptOptions, DurableRun
+    from airflow_pydantic_ai.durable import Attempt, AttemptOptions
     from airflow_pydantic_ai.tries import cache_reach, clear_policy
 
     arguments = arguments if arguments is not None else DurableArguments()
@@ -201,9 +201,9 @@ def start_durable_run(
         unknown_outcome=outcome_rules(arguments.on_unknown_outcome, identity, no_person=no_person),
         start_over=start_over or (modes.start_over if modes is not None else ""),
     )
-    run = DurableRun.open(store, attempt=this_try.try_number or 1, log=log, options=options)
+    run = Attempt.open(store, attempt=this_try.try_number or 1, log=log, options=options)
     if after_clear is not None and not after_clear.fresh:
-        steps = sum(entry.is_step for entry in run.entries.values())
+        steps = run.steps_found().recorded
         clear_policy.log_resume_after_clear(after_clear, steps, log)
     if modes is not None:
         modes.started(recording, log)
@@ -213,17 +213,17 @@ def start_durable_run(
 class DeleteDurableCache:
     """A success callback that deletes one try's durable cache (see :func:`delete_cache_after_success`)."""
 
-    def __init__(self, run: DurableRun) -> None:
+    def __init__(self, run: Attempt) -> None:
         self.run = run
 
     def __call__(self, context: Any) -> None:
         self.run.finish()
 
     def __repr__(self) -> str:
-        return f"<delete the durable cache at {self.run.store.location}>"
+        return f"<delete the durable cache at {self.run.location}>"
 
 
-def delete_cache_after_success(task: Any, run: DurableRun) -> None:
+def delete_cache_after_success(task: Any, run: Attempt) -> None:
     """Have ``run``'s cache deleted from a success callback of ``task``: Airflow's task runner calls those only
     after the supervisor has stored the task's success (Airflow 3.1, 3.2 and 3.3 alike).
 
@@ -243,7 +243,7 @@ def durable_attempt(
     cache_path: str | None = None,
     log: TaskLogger | None = None,
     on_unknown_outcome: str | None = None,
-) -> Iterator[DurableRun]:
+) -> Iterator[Attempt]:
     """Make every agent run inside the block durable, in a plain ``@task`` (or any Python callable a task runs).
 
     Each agent that carries ``DurableCapability()`` (on the agent, or passed to its run) records its model
@@ -313,7 +313,7 @@ def hint_at_retries(context: Any, *, log: Any, asks_for_approval: bool) -> None:
 
 
 @contextmanager
-def note_how_the_try_ends(run: DurableRun, *, log: Any) -> Iterator[None]:
+def note_how_the_try_ends(run: Attempt, *, log: Any) -> Iterator[None]:
     """Around a durable try: when it raises, note beside its cache how it ended (for the UI view).
 
     A failure notes the exception's class and its message with Airflow's secrets masked; a stop to wait

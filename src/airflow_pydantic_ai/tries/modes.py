@@ -24,7 +24,7 @@ from airflow_pydantic_ai import _compat
 from airflow_pydantic_ai.durable import DurableMode, check_mode
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable import DurableRun, Recording, ReplayPolicy, StepStore, TaskIdentity, TaskLogger
+    from airflow_pydantic_ai.durable import Attempt, Recording, ReplayPolicy, StepStore, TaskIdentity, TaskLogger
     from airflow_pydantic_ai.tries.settings import DurableArguments
 
 __all__ = ["ModeSettings", "find_error", "listening_for_replay_misses", "mask", "replay_misses_fail_at_once"]
@@ -130,12 +130,12 @@ class ModeSettings:
         if recording is not None:
             log.info("Durable: replaying %s (%d steps)", recording.source, len(recording.entries))
 
-    def after_success(self, run: DurableRun, identity: TaskIdentity, log: TaskLogger) -> bool:
+    def after_success(self, run: Attempt, identity: TaskIdentity, log: TaskLogger) -> bool:
         """``record`` with fixtures: write the fixture. Returns whether the cache is kept."""
         if self.mode == "record" and self.fixtures is not None:
-            from airflow_pydantic_ai.durable.read import CacheReader, write_fixture
+            from airflow_pydantic_ai.durable.read import write_fixture
 
-            entries = CacheReader(run.store).entries()
+            entries = run.reader().entries()
             path = write_fixture(self.fixtures, identity, entries, mask=mask)
             log.info(
                 "Durable: wrote the fixture %s (%d steps, %d bytes)",
@@ -144,7 +144,7 @@ class ModeSettings:
                 path.stat().st_size,
             )
         if self.keep_cache:
-            log.info("Durable: durable_keep_cache: the cache at %s is kept after the success", run.store.location)
+            log.info("Durable: durable_keep_cache: the cache at %s is kept after the success", run.location)
         return self.keep_cache
 
 

@@ -1,6 +1,6 @@
 """Where a durable try's report goes on the Airflow side: the XCom ``durable_report`` and Airflow's ``Stats``.
 
-:func:`publish_report` is given the report when the try ends (``DurableRun.when_ended``), whatever the
+:func:`publish_report` is given the report when the try ends (``Attempt.when_ended``), whatever the
 outcome: the operator and ``durable_attempt()`` both use it. Neither the push nor the metrics can fail the
 task: each failure is one WARNING.
 """

@@ -25,7 +25,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from airflow_pydantic_ai.durable.attempt.run import DurableRun
+from airflow_pydantic_ai.durable.attempt.attempt import Attempt
 from airflow_pydantic_ai.durable.storage.store import StepStore
 from airflow_pydantic_ai.operators.agent import AgentOperator
 
@@ -66,15 +66,15 @@ def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart("final: " + "|".join(str(part.content) for part in returns))])
 
 
-_record_output, _finish, _remove_objects = DurableRun.record_output, DurableRun.finish, StepStore._remove_objects
+_record_output, _finish, _remove_objects = Attempt.record_output, Attempt.finish, StepStore._remove_objects
 
 
-def _record_output_then_maybe_kill(self: DurableRun, value: Any) -> None:
+def _record_output_then_maybe_kill(self: Attempt, value: Any) -> None:
     _record_output(self, value)
     _maybe_kill("after_output_recorded")
 
 
-def _finish_then_maybe_kill(self: DurableRun) -> None:
+def _finish_then_maybe_kill(self: Attempt) -> None:
     _finish(self)
     _maybe_kill("after_deletion")
 
@@ -88,8 +88,8 @@ def _remove_then_maybe_kill(self: StepStore, names: Any) -> None:
             _maybe_kill("mid_deletion")
 
 
-DurableRun.record_output = _record_output_then_maybe_kill  # type: ignore[method-assign]
-DurableRun.finish = _finish_then_maybe_kill  # type: ignore[method-assign]
+Attempt.record_output = _record_output_then_maybe_kill  # type: ignore[method-assign]
+Attempt.finish = _finish_then_maybe_kill  # type: ignore[method-assign]
 StepStore._remove_objects = _remove_then_maybe_kill  # type: ignore[method-assign]
 
 
@@ -102,7 +102,7 @@ class KilledOnce(AgentOperator):
         _maybe_kill("before_return")
         return output
 
-    def _delete_cache_after_success(self, run: DurableRun) -> None:
+    def _delete_cache_after_success(self, run: Attempt) -> None:
         _maybe_kill("after_xcom_push")
         super()._delete_cache_after_success(run)
 

@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.attempt import Attempt
 
 __all__ = ["attempt_block", "note_ending"]
 
 
 @contextmanager
-def attempt_block(run: DurableRun) -> Iterator[None]:
+def attempt_block(run: Attempt) -> Iterator[None]:
     """Inside the block, every agent run carrying the durable capability is a run of attempt ``run``; its
     summary line ends the block whatever happens, and replayed steps stay out of exported telemetry."""
     from airflow_pydantic_ai.durable.attempt.nesting import attempt_scope
@@ -31,7 +31,7 @@ def attempt_block(run: DurableRun) -> Iterator[None]:
 
 
 def note_ending(
-    run: DurableRun, error: BaseException, *, waiting_for: str, redact: Callable[[Any], Any], warn: Callable[..., Any]
+    run: Attempt, error: BaseException, *, waiting_for: str, redact: Callable[[Any], Any], warn: Callable[..., Any]
 ) -> None:
     """Note beside the cache how a try that raised ``error`` ended: a wait for a person (``waiting_for``
     says which; empty when it is no wait) or a failure (class and message, masked by ``redact``).
@@ -41,10 +41,10 @@ def note_ending(
     """
     from airflow_pydantic_ai.durable.storage.notes import TryEnding, record_ending
 
-    if run.finished or not (run.entries or run.writer.written):
+    if run.end.finished or not (run.entries or run.writer.written):
         return
     if waiting_for:
-        ending = TryEnding(attempt=run.attempt, how="waiting", message=waiting_for)
+        ending = TryEnding(attempt=run.try_number, how="waiting", message=waiting_for)
     else:
-        ending = TryEnding.failed(run.attempt, error, redact)
+        ending = TryEnding.failed(run.try_number, error, redact)
     record_ending(run.store, ending, warn=warn)

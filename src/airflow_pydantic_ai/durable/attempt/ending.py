@@ -12,41 +12,54 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from airflow_pydantic_ai.durable.attempt.cleanup import tidy_failed_try
 from airflow_pydantic_ai.durable.attempt.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.errors import describe_error
-from airflow_pydantic_ai.durable.reporting.report import DurableReport
+from airflow_pydantic_ai.durable.reporting.report import AttemptOutcome, DurableReport
 from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.storage.tombstone import Mark, tombstone
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.owner import AttemptOwner
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
+    from airflow_pydantic_ai.durable.attempt.attempt import Attempt
 
-__all__ = ["ending", "forget_what_failed", "log_summary", "report_of"]
+__all__ = ["AttemptEnd", "ending", "forget_what_failed", "log_summary", "report_of"]
 
-Owner = TypeVar("Owner", bound="AttemptOwner")
+
+@dataclass
+class AttemptEnd:
+    """How an attempt ended, as its report and the note beside its cache say."""
+
+    outcome: AttemptOutcome = "running"
+    """How the attempt ended (set by :func:`ending`)."""
+    finished: bool = False
+    """The attempt deleted its cache after the success (``Attempt.finish``)."""
+    readers: list[Callable[[DurableReport], None]] = field(default_factory=list)
+    """Given the report once the attempt ended (``Attempt.when_ended``)."""
 
 
 @contextmanager
-def ending(run: Owner, *, waits: Callable[[BaseException], bool]) -> Iterator[Owner]:
+def ending(run: Attempt, *, waits: Callable[[BaseException], bool]) -> Iterator[Attempt]:
     """Around everything an attempt does after it was opened: a try that ends without success packs what it
     saw; a failure tidies up (not a ``waits`` one: a try that stops to wait for a person has not failed), and
     the summary is logged whatever happens."""
     try:
         yield run
-        run.outcome = "succeeded"
+        run.end.outcome = "succeeded"
     except BaseException as error:
         run.pack_for_next_try()
-        run.outcome = "waiting" if waits(error) else "failed"
-        if run.outcome == "failed":
-            run.end_failed_try()
+        run.end.outcome = "waiting" if waits(error) else "failed"
+        if run.end.outcome == "failed":  # remove the folders it left empty; on the last try, say the cache is kept
+            tidy_failed_try(run.store, run.outlook, run.log)
         raise
     finally:
         log_summary(run)
 
 
-def forget_what_failed(run: AttemptOwner) -> None:
+def forget_what_failed(run: AgentRun) -> None:
     """The run ended in ``UnexpectedModelBehavior`` (retries exhausted): remove what made it fail.
 
     That is the last model answer of this attempt together with every retry outcome its calls drew
@@ -67,37 +80,41 @@ def forget_what_failed(run: AttemptOwner) -> None:
     names = run.last_answer.to_forget
     if not names:
         return
+    attempt = run.attempt
     now = time.time()
     # The copy this attempt loaded or recorded; a name it holds no entry of (never stored) is forgotten up to now.
-    marks = {name: Mark.of(run.entries[name]) if name in run.entries else Mark(run.attempt, now) for name in names}
+    marks = {
+        name: Mark.of(attempt.entries[name]) if name in attempt.entries else Mark(attempt.try_number, now)
+        for name in names
+    }
     try:
-        run.store.put(tombstone(marks, attempt=run.attempt, step=run.last_answer.number, recorded_at=now))
+        attempt.store.put(tombstone(marks, attempt=attempt.try_number, step=run.last_answer.number, recorded_at=now))
     except Exception as error:
-        run.log.error(
+        attempt.log.error(
             "Durable: could not forget %s (its tombstone could not be written to %s: %s), so nothing was removed "
             "and the next try replays it and fails the same way. To have the model asked again, delete the cache "
             "before the next try (%s)",
             run.last_answer.describe(),
-            run.store.location,
+            attempt.store.location,
             describe_error(error),
-            run.outlook.delete_hint or "airflow pydantic-ai cache rm, with --from-step to keep the steps before it",
+            attempt.outlook.delete_hint or "airflow pydantic-ai cache rm, with --from-step to keep the steps before it",
         )
         run.last_answer = LastAnswer(number=run.last_answer.number)  # said once, however many hooks see it
         return
     for name in names:
-        run.entries.pop(name, None)
-        run.writer.numbers.discard(name)
+        attempt.entries.pop(name, None)
+        attempt.writer.numbers.discard(name)
         try:
-            run.store.remove(name)
+            attempt.store.remove(name)
         except Exception as error:
-            run.log.warning(
+            attempt.log.warning(
                 "Durable: could not delete %s%s (%s); its tombstone already keeps later tries from replaying it",
-                run.store.location,
+                attempt.store.location,
                 name,
                 describe_error(error),
             )
-    who = "a retry" if run.outlook.retry_coming else "a later try (after a clear)"
-    run.log.info(
+    who = "a retry" if attempt.outlook.retry_coming else "a later try (after a clear)"
+    attempt.log.info(
         "Durable: the run%s failed on %s; removed from the cache so %s asks again instead of replaying it",
         run.who,
         run.last_answer.describe(),
@@ -106,20 +123,20 @@ def forget_what_failed(run: AttemptOwner) -> None:
     run.last_answer = LastAnswer(number=run.last_answer.number)  # forgotten once, however many hooks see it
 
 
-def report_of(run: AttemptOwner) -> DurableReport:
+def report_of(run: Attempt) -> DurableReport:
     """The attempt's durable report (as it stands: final once :func:`ending` is over)."""
     return DurableReport(
-        try_number=run.attempt,
-        outcome=run.outcome,
+        try_number=run.try_number,
+        outcome=run.end.outcome,
         accounting=run.stats.accounting,
         not_persisted=run.writer.not_persisted,
-        changed=tuple(run.divergence.changed_components),
+        changed=tuple(run.first.divergence.changed_components),
         cache_location=run.store.location,
-        cache_deleted=run.outcome == "succeeded",
+        cache_deleted=run.end.outcome == "succeeded",
     )
 
 
-def log_summary(run: AttemptOwner) -> None:
+def log_summary(run: Attempt) -> None:
     """The summary line at INFO, then what the replay saved and what was not persisted; the report to its
     readers; the per-try note the view shows."""
     report = report_of(run)  # issue 22: the report line right after the summary, then to its readers
@@ -129,10 +146,10 @@ def log_summary(run: AttemptOwner) -> None:
         what_next=run.outlook.what_next("will run again on a retry"),
         report_line=report.log_line(),
     )
-    for read in run.report_readers:
+    for read in run.end.readers:
         read(report)
     # A finished run deleted its cache, and a try that found and stored nothing has no cache to
     # describe: either way, leave nothing behind.
-    if not run.finished and (run.entries or run.writer.written):
-        record = AttemptRecord(run.attempt, run.summary(), tuple(run.divergence.changes))
+    if not run.end.finished and (run.entries or run.writer.written):
+        record = AttemptRecord(run.try_number, run.stats.summary(), tuple(run.first.divergence.changes))
         record_attempt(run.store, record, warn=run.log.warning)

@@ -15,7 +15,7 @@ __all__ = ["LastAnswer"]
 
 @dataclass
 class LastAnswer:
-    """The entries behind the current model answer (see :meth:`DurableRun.forget_what_failed`)."""
+    """The entries behind the current model answer (see ``AgentRun.forget_what_failed``)."""
 
     number: int = 0
     shown: str = ""

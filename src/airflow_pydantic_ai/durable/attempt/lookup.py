@@ -26,27 +26,27 @@ from airflow_pydantic_ai.durable.storage.entry import entry_name
 from airflow_pydantic_ai.durable.wording import call_label
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.owner import AttemptOwner
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
 
 __all__ = ["compacted", "decision_step", "model_step", "output_step", "tool_step"]
 
 
 def model_step(
-    run: AttemptOwner, model: Model, messages: Sequence[ModelMessage], settings: Any, parameters: Any
+    run: AgentRun, model: Model, messages: Sequence[ModelMessage], settings: Any, parameters: Any
 ) -> ModelStep:
     """Fingerprint a model request and look it up."""
     # Only the answer to *this* request, and the retries it draws, can make the run fail (see forget_what_failed).
     run.last_answer = LastAnswer(number=run.keys.model_steps + 1)
-    run.stats.accounting.expect_replays(run.run_key, 0)
+    run.attempt.stats.accounting.expect_replays(run.run_key, 0)
     place = run.keys.next_model_key(model, messages, settings, parameters)
     # durable_mode: keep the texts for a diff; in replay mode, fail here, before any live call.
-    run.policy.note_request(place, messages)
-    run.policy.check_model_step(
-        place, run.entries, messages, run.divergence.recorded_at_step, agent=run.agent_for_replay()
+    run.attempt.policy.note_request(place, messages)
+    run.attempt.policy.check_model_step(
+        place, run.attempt.entries, messages, run.divergence.recorded_at_step, agent=run.agent_for_replay()
     )
     step = ModelStep(run=run, place=place)
-    if any(compacted(message) for message in messages) and run.family.warn_once("compaction"):
-        run.log.warning(
+    if any(compacted(message) for message in messages) and run.attempt.family.warn_once("compaction"):
+        run.attempt.log.warning(
             "Durable: the conversation before %s was compacted by a capability whose compaction request did not "
             "go through the run's model (a summarizer model of its own, or a hook before the capabilities' "
             "model wrappers), so it is not recorded and runs again on a retry (the steps after it replay when "
@@ -54,7 +54,7 @@ def model_step(
             step.shown(),
         )
     if place.failure is not None:
-        run.log.warning(
+        run.attempt.log.warning(
             "Durable: %s cannot be fingerprinted (%s); it runs live, is not recorded, and every later step "
             "runs live too",
             step.shown(),
@@ -64,21 +64,23 @@ def model_step(
         return step
     if place.key is None:
         return step
-    entry = run.entries.get(step.entry_name)
+    entry = run.attempt.entries.get(step.entry_name)
     if entry is None:
         warning = run.divergence.explain_miss(
-            place.number, place.compared or place.components, step.shown, run.step_number
+            place.number, place.compared or place.components, step.shown, run.attempt.step_number
         )
         if warning is not None:
-            run.log.warning("%s", warning)
+            run.attempt.log.warning("%s", warning)
     elif step.load(entry):
         cached = run.keys.predicted_tool_keys(messages, step.replayed)  # type: ignore[arg-type]
-        run.stats.accounting.expect_replays(run.run_key, sum(entry_name("tool", key) in run.entries for key in cached))
+        run.attempt.stats.accounting.expect_replays(
+            run.run_key, sum(entry_name("tool", key) in run.attempt.entries for key in cached)
+        )
     return step
 
 
 def tool_step(
-    run: AttemptOwner,
+    run: AgentRun,
     tool_name: str,
     tool_args: dict[str, Any],
     tool_call_id: str | None,
@@ -97,7 +99,7 @@ def tool_step(
 
 
 def output_step(
-    run: AttemptOwner,
+    run: AgentRun,
     function_name: str,
     raw_arguments: Any,
     tool_call_id: str | None,
@@ -109,7 +111,7 @@ def output_step(
 
 
 def _call_step(
-    run: AttemptOwner,
+    run: AgentRun,
     kind: Literal["tool", "output"],
     name: str,
     raw_arguments: Any,
@@ -135,19 +137,21 @@ def _call_step(
         keyed_name = name if step.is_tool else f"output function:{name}"
         step.key = run.keys.tool_key(keyed_name, raw_arguments, tool_call_id, messages)
     except FingerprintError as error:
-        run.log.warning("Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error)
+        run.attempt.log.warning(
+            "Durable: %s cannot be fingerprinted (%s); it runs live and is not recorded", label, error
+        )
         return step
     # durable_mode: in replay mode, a call with no entry fails here; a tool named live ignores its entry.
-    run.policy.check_call_step(
-        label, name, step.key, run.entries, run.keys.model_steps, run.divergence.recorded_at_step
+    run.attempt.policy.check_call_step(
+        label, name, step.key, run.attempt.entries, run.keys.model_steps, run.divergence.recorded_at_step
     )
-    entry = run.entries.get(step.entry_name)
-    if entry is not None and not run.policy.runs_live(name):
+    entry = run.attempt.entries.get(step.entry_name)
+    if entry is not None and not run.attempt.policy.runs_live(name):
         step.load(entry)
     return step
 
 
-def decision_step(run: AttemptOwner, call: ToolCallPart, messages: Sequence[ModelMessage]) -> DecisionStep:
+def decision_step(run: AgentRun, call: ToolCallPart, messages: Sequence[ModelMessage]) -> DecisionStep:
     """The decision slot of a call that waits for approval, looked up in the cache.
 
     ``messages`` is the run's conversation; the key covers it up to the model answer that made the
@@ -159,7 +163,7 @@ def decision_step(run: AttemptOwner, call: ToolCallPart, messages: Sequence[Mode
     try:
         step.key = run.keys.decision_key(call, messages)
     except FingerprintError as error:
-        run.log.warning(
+        run.attempt.log.warning(
             "Durable: the call %s (%s) cannot be fingerprinted (%s); its decision cannot be recorded",
             call.tool_name,
             call.tool_call_id,
@@ -168,7 +172,7 @@ def decision_step(run: AttemptOwner, call: ToolCallPart, messages: Sequence[Mode
         return step
     step.load()
     # durable_mode: in replay mode, a decision nobody recorded fails here (no person is asked).
-    run.policy.check_decision(f"{call.tool_name} (call {call.tool_call_id})", step.recorded is not None)
+    run.attempt.policy.check_decision(f"{call.tool_name} (call {call.tool_call_id})", step.recorded is not None)
     return step
 
 

@@ -31,7 +31,8 @@ from airflow_pydantic_ai.durable.keys.run_ids import stable_run_id
 from airflow_pydantic_ai.durable.storage.entry import TOP_PARENT
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.owner import StepOwner
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
+    from airflow_pydantic_ai.durable.attempt.attempt import Attempt
 
 __all__ = [
     "TOP",
@@ -117,8 +118,8 @@ class AttemptFamily:
 class Place:
     """The attempt, and the step (if any) whose call is running in this context."""
 
-    run: StepOwner
-    """The run the running step belongs to (the attempt's first run at the top level)."""
+    run: AgentRun
+    """The agent run the running step belongs to (the attempt's first run at the top level)."""
     parent: str | None
     """The running step's key; None at the attempt's top level, or when the step has no key (fail closed)."""
     at: int = 0
@@ -154,9 +155,9 @@ def current_place() -> Place | None:
 
 
 @contextmanager
-def attempt_scope(run: StepOwner, *, root_claims: bool = False) -> Iterator[Place]:
-    """Make ``run`` the durable attempt of every agent run (with the durable capability) started inside."""
-    place = Place(run=run, parent=None, root_claims=root_claims)
+def attempt_scope(attempt: Attempt, *, root_claims: bool = False) -> Iterator[Place]:
+    """Make ``attempt`` the durable attempt of every agent run (with the durable capability) started inside."""
+    place = Place(run=attempt.first, parent=None, root_claims=root_claims)
     token = _PLACE.set(place)
     try:
         yield place
@@ -165,7 +166,7 @@ def attempt_scope(run: StepOwner, *, root_claims: bool = False) -> Iterator[Plac
 
 
 @contextmanager
-def step_scope(run: StepOwner, key: str | None, at: int) -> Iterator[None]:
+def step_scope(run: AgentRun, key: str | None, at: int) -> Iterator[None]:
     """While a step's call runs live: agent runs started inside it are scoped under ``key``."""
     outer = _PLACE.get()
     depth = (outer.depth if outer is not None else 0) + 1
@@ -176,10 +177,18 @@ def step_scope(run: StepOwner, key: str | None, at: int) -> Iterator[None]:
         _PLACE.reset(token)
 
 
-def draw_run_id(place: Place, family: AttemptFamily, owner: list[Any]) -> str | None:
-    """The stable ``run_id`` of an agent run starting at ``place`` in the task instance ``owner`` (see
-    :meth:`~airflow_pydantic_ai.durable.attempt.run.DurableRun.stable_run_id`); None where the run has no stable
-    place. The run's index in ``place`` is drawn here and kept in ``place.drawn`` for the bind that follows."""
+def draw_run_id(place: Place) -> str | None:
+    """The ``run_id`` an agent run starting at ``place`` gets on every try of the task instance (formula in
+    ``keys/run_ids.py``); None (pydantic-ai's random one) where the run has no stable place: under a step that
+    could not be keyed (whose steps never replay either).
+
+    pydantic-ai asks before the run binds: the run's index in ``place`` is drawn here and kept in
+    ``place.drawn`` for ``Attempt.bind``. A run that claims the attempt's first run (``run_agent``) is numbered
+    by continuation instead, since pydantic-ai refuses a continuation a ``run_id`` its history already holds.
+    """
+    attempt = place.run.attempt
+    family = attempt.family
+    owner = attempt.store.owner or [attempt.store.root]
     if place.parent is None and place.top_level and place.root_claims:
         family.continuations += 1
         return stable_run_id(owner, TOP, 0, family.continuations - 1)

@@ -1,6 +1,6 @@
 """What an attempt is opened with: one value the caller builds once, instead of a dozen loose arguments.
 
-:class:`AttemptOptions` holds everything :meth:`~airflow_pydantic_ai.durable.attempt.run.DurableRun.open` needs
+:class:`AttemptOptions` holds everything :meth:`~airflow_pydantic_ai.durable.attempt.attempt.Attempt.open` needs
 besides the store, the try number and the logger: how the try sits among its tries (the outlook), what the
 writer must refuse, the storage-errors policy, the replay policy (``durable_mode``), steps recorded elsewhere
 to replay as well (a fixture's), the spans' identity and the usage limits counted across tries. The Airflow
@@ -32,7 +32,7 @@ from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
 from airflow_pydantic_ai.durable.wording import plural
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.owner import AttemptOwner
+    from airflow_pydantic_ai.durable.attempt.attempt import Attempt
 
 __all__ = ["AttemptOptions", "Recording", "load_cache", "replayed_from"]
 
@@ -103,8 +103,8 @@ _KEPT_ROLES = frozenset({"started", "resolution"})
 """Entries a deletion keeps (``CallsKept``): whoever wrote them, they say nothing of whose cache it is."""
 
 
-def load_cache(run: AttemptOwner, options: AttemptOptions) -> None:
-    """Read the cache into ``run`` (see :meth:`DurableRun.open`): its entries, their numbering, the divergence
+def load_cache(run: Attempt, options: AttemptOptions) -> None:
+    """Read the cache into ``run`` (see :meth:`Attempt.open`): its entries, their numbering, the divergence
     they allow; an earlier DAG run's cache, or any with ``options.start_over``, is discarded instead, but the calls
     in doubt it holds, which the attempt loads."""
     writer, store, log = run.writer, run.store, run.log
@@ -129,7 +129,7 @@ def load_cache(run: AttemptOwner, options: AttemptOptions) -> None:
         resolve = options.unknown_outcome.resolve_command
         if earlier_run:
             kept = discard_earlier_run(
-                store, loaded.entries, loaded.unverified, run.attempt, log, resolve_command=resolve
+                store, loaded.entries, loaded.unverified, run.try_number, log, resolve_command=resolve
             )
         else:
             kept = discard(
@@ -143,8 +143,8 @@ def load_cache(run: AttemptOwner, options: AttemptOptions) -> None:
     writer.numbers = StepNumbers(loaded.entries.values())
     if any(entry.recorded_at is None for entry in loaded.entries.values()):
         # Release 0.1.0 wrote this cache: key the attempt as it did, so that its steps replay.
-        run.keys.use_release_0_1_0_keys()
-    run.divergence = Divergence.of(loaded.entries)
+        run.first.keys.use_release_0_1_0_keys()
+    run.first.divergence = Divergence.of(loaded.entries)
     run.stats.bytes_read, run.stats.entries_skipped = loaded.bytes_read, len(loaded.skipped)
     log.info(
         "Durable: found %s recorded by earlier attempts (%d bytes read)",
@@ -153,7 +153,7 @@ def load_cache(run: AttemptOwner, options: AttemptOptions) -> None:
     )
 
 
-def _load_kept(run: AttemptOwner, kept: CallsKept) -> None:
+def _load_kept(run: Attempt, kept: CallsKept) -> None:
     """The attempt goes on with the calls in doubt a deletion kept, as if the cache held only them."""
     run.entries, run.unverified = dict(kept.entries), dict(kept.unverified)
     run.writer.numbers = StepNumbers(kept.entries.values())

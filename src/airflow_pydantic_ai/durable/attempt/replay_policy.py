@@ -8,7 +8,7 @@ unified diff of the texts (masked). Tools named in ``live_tools`` run live in ``
 recorded (a pure function under test). ``record`` runs everything live and records it (the Airflow side
 empties the cache first); ``off`` is ``durable=False`` and never reaches this module.
 
-The attempt (:class:`~airflow_pydantic_ai.durable.attempt.run.DurableRun`) owns one :class:`ReplayPolicy`
+The attempt (:class:`~airflow_pydantic_ai.durable.attempt.attempt.Attempt`) owns one :class:`ReplayPolicy`
 and asks it at each lookup; nothing else here touches the run's state.
 """
 
@@ -75,6 +75,11 @@ class ReplayPolicy:
     def runs_live(self, tool_name: str) -> bool:
         """A tool named to run live in ``replay`` mode: its recorded result is not used."""
         return self.replaying and tool_name in self.live_tools
+
+    def names_agent(self, agent: str | None) -> None:
+        """The agent the attempt runs has a name: a replay miss names it."""
+        if agent:
+            self.agent = f"agent {agent!r}"
 
     def note_request(self, place: ModelKey, messages: Sequence[ModelMessage]) -> None:
         """Keep the request's texts (masked) in its components when they differ from the previous step's."""

@@ -37,7 +37,7 @@ from typing_inspection import typing_objects
 from typing_inspection.introspection import is_union_origin
 
 from airflow_pydantic_ai.durable import _pydantic_ai
-from airflow_pydantic_ai.durable.attempt.run import DurableRun
+from airflow_pydantic_ai.durable.attempt.attempt import Attempt
 from airflow_pydantic_ai.durable.errors import ApprovalsUnsupported
 from airflow_pydantic_ai.durable.interception.unrecorded import AttemptUsage
 from airflow_pydantic_ai.durable.steps.decision import DecisionStep
@@ -97,7 +97,7 @@ def with_deferred_output(output_type: Any) -> Any:
 def run_until_decision_needed(
     agent: Agent[Any, Any],
     prompt: str,
-    run: DurableRun,
+    run: Attempt,
     *,
     output_type: Any,
     **run_kwargs: Any,
@@ -149,7 +149,7 @@ def run_until_decision_needed(
                 "ApprovalRequired instead."
             )
         messages = result.all_messages()
-        steps = [run.decision_step(call, messages) for call in requests.approvals]
+        steps = [run.first.decision_step(call, messages) for call in requests.approvals]
         pending = [step for step in steps if step.recorded is None]
         decided = [step for step in steps if step.recorded is not None]
         for step in decided:

@@ -26,8 +26,9 @@ from pydantic_ai.output import OutputContext
 from pydantic_ai.toolsets import AbstractToolset
 
 from airflow_pydantic_ai.durable import _pydantic_ai
-from airflow_pydantic_ai.durable.attempt.nesting import current_place
-from airflow_pydantic_ai.durable.attempt.run import DurableRun
+from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
+from airflow_pydantic_ai.durable.attempt.attempt import Attempt
+from airflow_pydantic_ai.durable.attempt.nesting import current_place, draw_run_id
 from airflow_pydantic_ai.durable.encoding.allowed_types import declared_output
 from airflow_pydantic_ai.durable.interception.context_model import RunContextModel
 from airflow_pydantic_ai.durable.interception.live_operations import name_live_operations
@@ -52,10 +53,16 @@ class DurableCapability(AbstractCapability[Any]):
     function returned leaves the function's result recorded, and it runs again on the replayed result.
     """
 
-    run: DurableRun | None = None
-    """The attempt's run this capability records into (None: found when a run starts, in ``for_run``)."""
+    run: AgentRun | None = None
+    """The agent run this capability records into (given an :class:`Attempt`: its first run; None: found when a
+    run starts, in ``for_run``)."""
     chain: ResponseChain = field(default_factory=ResponseChain, init=False, repr=False, compare=False)
     """The run's OpenAI Responses chain across its requests (a wrapper model is made for each request)."""
+
+    def __post_init__(self) -> None:
+        given: Any = self.run
+        if isinstance(given, Attempt):  # DurableCapability(attempt): the attempt's first run records
+            self.run = given.first
 
     def get_ordering(self) -> CapabilityOrdering:
         # Innermost: closest to the real model and tools, so other capabilities' wrappers see replays
@@ -66,7 +73,7 @@ class DurableCapability(AbstractCapability[Any]):
         # The same run_id on every try of the task instance (pydantic-ai asks before for_run; an explicit
         # run_id= wins and this is not asked).
         place = current_place()
-        return None if place is None else place.run.stable_run_id(place)
+        return None if place is None else draw_run_id(place)
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         # Used only by a run that inherits none from its history (an approval's continuation inherits it).
@@ -79,14 +86,14 @@ class DurableCapability(AbstractCapability[Any]):
         if place is None:
             return self  # not in a durable attempt: inert
         agent = getattr(ctx, "agent", None)
-        bound = place.run.bind(place, getattr(ctx, "run_id", None), getattr(agent, "name", None))
-        return DurableCapability(bound) if isinstance(bound, DurableRun) else self
+        bound = place.run.attempt.bind(place, getattr(ctx, "run_id", None), getattr(agent, "name", None))
+        return DurableCapability(bound) if bound is not None else self
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
         if self.run is not None:
             # The task the run lives in: cancelled as a whole (a timeout), it bounds the wait for tool threads.
             self.run.run_task = asyncio.current_task()
-            self.run.stats.telemetry.run_started()  # issue 22: the task's identity on the agent run's span
+            self.run.attempt.stats.telemetry.run_started()  # issue 22: the task's identity on the agent run's span
             name_live_operations(self.run, ctx)  # capability operations run live: say so once per attempt
         return await handler()
 
@@ -155,7 +162,7 @@ class DurableCapability(AbstractCapability[Any]):
                     value = await validator.validate(value, ctx)
                 return value
             # Never hand back a result that skipped a validator.
-            self.run.log.warning(
+            self.run.attempt.log.warning(
                 "Durable: %s was recorded when output validator %s failed on its result, and this run's output "
                 "validators differ; the function runs again",
                 step.label,

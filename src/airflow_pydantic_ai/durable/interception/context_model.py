@@ -27,7 +27,7 @@ from airflow_pydantic_ai.durable.attempt.nesting import Place, current_place
 from airflow_pydantic_ai.durable.interception.model import CachingModel
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
 
 __all__ = ["RunContextModel", "with_recorded_model"]
 
@@ -35,25 +35,25 @@ __all__ = ["RunContextModel", "with_recorded_model"]
 class RunContextModel(CachingModel):
     """The model a tool sees as ``ctx.model``: its requests are steps of a run scoped under the tool call."""
 
-    def __init__(self, wrapped: Any, run: DurableRun, agent: str | None):
+    def __init__(self, wrapped: Any, run: AgentRun, agent: str | None):
         super().__init__(wrapped, run)
         self.agent = agent
-        self._bound: DurableRun | None = None
+        self._bound: AgentRun | None = None
         self.requests = 0
         """Requests made through this model (each is a model step of the attempt, outside the run's usage)."""
 
-    def recording_run(self) -> DurableRun:
+    def recording_run(self) -> AgentRun:
         self.requests += 1
         if self._bound is None:
             # The tool call's live scope (set by its step); outside it (the model kept and used after the
             # call returned) a place without a key: the requests run live and are not recorded.
             place = current_place() or Place(run=self.run, parent=None, top_level=False)
             # Without a pydantic-ai run id to claim, bind always hands out a run.
-            self._bound = cast("DurableRun", place.run.bind(place, None, self.agent))
+            self._bound = cast("AgentRun", place.run.attempt.bind(place, None, self.agent))
         return self._bound
 
 
-def with_recorded_model(ctx: RunContext[Any], run: DurableRun) -> RunContext[Any]:
+def with_recorded_model(ctx: RunContext[Any], run: AgentRun) -> RunContext[Any]:
     """``ctx`` for a tool call of ``run``, with a ``model`` whose requests are recorded under the call's step."""
     # A run given ``model=ctx.model`` (a delegate) hands its own tools that wrapper: they record under their own call.
     model = ctx.model.wrapped if isinstance(ctx.model, CachingModel) else ctx.model

@@ -19,12 +19,12 @@ from airflow_pydantic_ai.durable import _pydantic_ai
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
 
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
 
 __all__ = ["name_live_operations"]
 
 
-def name_live_operations(run: DurableRun, ctx: RunContext[Any]) -> None:
+def name_live_operations(run: AgentRun, ctx: RunContext[Any]) -> None:
     """One WARNING per attempt for each capability of the run starting with ``ctx`` that has durable operations."""
     capabilities = getattr(ctx, "capabilities", None) or {}
     for capability in capabilities.values():
@@ -33,9 +33,9 @@ def name_live_operations(run: DurableRun, ctx: RunContext[Any]) -> None:
             continue
         identity = getattr(capability, "id", None)
         name = type(capability).__name__ + (f" (id {identity!r})" if identity else "")
-        if not run.family.warn_once(f"durable operations of {type(capability).__qualname__} {identity}"):
+        if not run.attempt.family.warn_once(f"durable operations of {type(capability).__qualname__} {identity}"):
             continue
-        run.log.warning(
+        run.attempt.log.warning(
             "Durable: capability %s%s has @durable_operation method(s) %s; pydantic-ai hands those only to its "
             "own durable engines, so they are not recorded: the model requests they make run live, and again "
             "on a retry",

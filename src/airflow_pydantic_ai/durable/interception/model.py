@@ -18,7 +18,7 @@ from airflow_pydantic_ai.durable.interception.response_chain import ResponseChai
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
 
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
     from airflow_pydantic_ai.durable.steps.model_step import ModelStep
 
 __all__ = ["CachingModel"]
@@ -36,7 +36,7 @@ class CachingModel(WrapperModel):
     OpenAI Responses chain as the live one would have (``response_chain.py``).
     """
 
-    def __init__(self, wrapped: Any, run: DurableRun, chain: ResponseChain | None = None):
+    def __init__(self, wrapped: Any, run: AgentRun, chain: ResponseChain | None = None):
         super().__init__(wrapped)
         self.run = run
         self.chain = chain if chain is not None else ResponseChain()
@@ -44,7 +44,7 @@ class CachingModel(WrapperModel):
         self.served = 0
         """Requests this wrapper saw: one made for a step's request, a compaction's request comes before it."""
 
-    def recording_run(self) -> DurableRun:
+    def recording_run(self) -> AgentRun:
         """The run each request is a step of (``ctx.model`` in a tool binds its own on the first request)."""
         return self.run
 
@@ -55,7 +55,7 @@ class CachingModel(WrapperModel):
         if self.served and any(compacted(message) for message in messages):
             # The compaction before this request was a request through this wrapper (a step): recorded, so the
             # warning about a compaction made outside the wrapper has nothing to say in this attempt.
-            run.family.warn_once("compaction")
+            run.attempt.family.warn_once("compaction")
         self.served += 1
         return run.model_step(self.wrapped, messages, settings, parameters)
 
@@ -101,7 +101,7 @@ class CachingModel(WrapperModel):
         """The history to send again when the server rejected the chain of a replayed response (WARNING)."""
         resend = self.chain.after_rejection(error, messages)
         if resend is not None:
-            step.run.log.warning(
+            step.run.attempt.log.warning(
                 "Durable: %s: the provider no longer has the response the replayed steps ended with (%s); "
                 "sending the whole conversation instead",
                 step.shown(),

@@ -5,11 +5,11 @@
 that names a delegate sharing it without the capability: ``unrecorded.py``),
 continues past approval stops whose decisions are recorded, and, when pydantic-ai gives up on the model's answers
 (``UnexpectedModelBehavior``), forgets what the run failed on so that a retry asks again instead of
-replaying it. Around it, :meth:`DurableRun.ending` tidies up a failed try and logs the summary line.
+replaying it. Around it, :meth:`Attempt.ending` tidies up a failed try and logs the summary line.
 
 The whole lifecycle, as the operator runs it::
 
-    run = DurableRun.open(store, attempt=try_number, log=log)       # load the cache
+    run = Attempt.open(store, attempt=try_number, log=log)          # load the cache
     with run.ending():                                               # summary whatever happens
         result = run_agent(run, agent, prompt, usage_limits=limits)  # replay, or run and record
         run.record_output(result.output)                             # before XCom
@@ -33,13 +33,13 @@ if TYPE_CHECKING:
     from pydantic_ai.agent import AgentRunResult
     from pydantic_ai.usage import UsageLimits
 
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.attempt import Attempt
 
 __all__ = ["run_agent"]
 
 
 def run_agent(
-    run: DurableRun,
+    run: Attempt,
     agent: Agent[Any, Any],
     prompt: str,
     *,
@@ -53,7 +53,7 @@ def run_agent(
     :param capabilities: Further capabilities for the run (the durable one is innermost whatever their order).
     :param run_arguments: Further ``agent.run_sync`` arguments (``model``, ``deps``, ``event_stream_handler``).
     """
-    run.names_agent(agent.name)  # durable_mode: a replay miss names the agent
+    run.policy.names_agent(agent.name)  # durable_mode: a replay miss names the agent
     try:
         # Every run started here at the top level is the attempt's first run (after an approval, the same
         # conversation goes on); runs started inside its tool calls are scoped under them. issue 22: replayed
@@ -64,11 +64,11 @@ def run_agent(
                 prompt,
                 run,
                 output_type=agent.output_type,
-                usage_limits=run.usage_limits(usage_limits),
+                usage_limits=run.first.usage_limits(usage_limits),
                 capabilities=[DurableCapability(), *capabilities],
                 **run_arguments,
             )
     except UnexpectedModelBehavior:
         # Retries ran out: what failed (the last answer, the retries it drew) would fail the same way on replay.
-        run.forget_what_failed()
+        run.first.forget_what_failed()
         raise

@@ -17,12 +17,13 @@ from pydantic_ai.toolsets.wrapper import WrapperToolset
 from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.encoding.allowed_types import declared_by
 from airflow_pydantic_ai.durable.interception.context_model import RunContextModel, with_recorded_model
+from airflow_pydantic_ai.durable.interception.unrecorded import unrecorded_requests
 from airflow_pydantic_ai.durable.side_effects.in_flight import CallInFlight, running_call
 from airflow_pydantic_ai.durable.side_effects.policies import guard_of, policies_of
 from airflow_pydantic_ai.durable.steps.tool_step import CANCELLED_RUN_GRACE
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
 
 __all__ = ["CANCELLED_RUN_GRACE", "CachingToolset"]
 
@@ -41,7 +42,7 @@ class CachingToolset(WrapperToolset[Any]):
     the task ends when Airflow says, and a result that did not come in time is not recorded.
     """
 
-    run: DurableRun | None = None
+    run: AgentRun | None = None
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -61,7 +62,7 @@ class CachingToolset(WrapperToolset[Any]):
         step.guard.before()  # may replay what was given instead (a person's answer), or raise
         if step.is_replay:
             return step.replay()
-        requests_before, recorded_before = ctx.usage.requests, self.run.stats.model_requests
+        requests_before, recorded_before = ctx.usage.requests, self.run.attempt.stats.model_requests
         # The tool's own ``ctx.model`` requests are steps under this call (context_model.py).
         tool_ctx = with_recorded_model(ctx, self.run)
         in_flight = CallInFlight(
@@ -81,10 +82,10 @@ class CachingToolset(WrapperToolset[Any]):
                 )
         finally:
             # The tool's own ctx.model requests are model steps that the run's usage does not count.
-            recorded = self.run.stats.model_requests - recorded_before - _direct_requests(tool_ctx)
+            recorded = self.run.attempt.stats.model_requests - recorded_before - _direct_requests(tool_ctx)
             unrecorded = (ctx.usage.requests - requests_before) - recorded
             if unrecorded > 0:
-                self.run.unrecorded_requests(step.label, unrecorded)
+                unrecorded_requests(self.run.attempt, step.label, unrecorded)
 
 
 def _direct_requests(ctx: RunContext[Any]) -> int:

@@ -21,7 +21,16 @@ from typing import Any, Protocol
 
 from airflow_pydantic_ai.durable.kinds import COUNTED_KINDS, KINDS, StepRole
 
-__all__ = ["SUMMARY_TEMPLATE", "Accounting", "RunKey", "Spend", "SummaryCounts", "TokenUsage", "format_summary"]
+__all__ = [
+    "SUMMARY_TEMPLATE",
+    "Accounting",
+    "RunKey",
+    "Spend",
+    "StepCount",
+    "SummaryCounts",
+    "TokenUsage",
+    "format_summary",
+]
 
 RunKey = Any
 """Which agent run of the attempt a step belongs to (its scope's id; None: the attempt's first run)."""
@@ -138,6 +147,22 @@ def format_summary(replayed: SummaryCounts, executed: SummaryCounts) -> str:
     )
 
 
+@dataclass(frozen=True)
+class StepCount:
+    """One step that ended, as it is counted: the one value a step hands to the count (``Accounting.step``)."""
+
+    kind: StepRole
+    replayed: bool = False
+    """Answered from its entry (True) or run live (False)."""
+    entry_name: str | None = None
+    """The entry a replayed step came from."""
+    usage: TokenUsage | None = None
+    """What a model step spent (live, or when it was recorded)."""
+    cost: Decimal | None = None
+    counted_by_pydantic_ai: bool = True
+    """pydantic-ai counts it in its usage although it did not happen (a replayed step)."""
+
+
 @dataclass
 class Accounting:
     """The steps of one attempt (every agent run in it), live and replayed; changed through :meth:`step` only."""
@@ -150,24 +175,16 @@ class Accounting:
     _replayed_by_run: dict[RunKey, Spend] = field(default_factory=dict, repr=False)
     _pending_by_run: dict[RunKey, int] = field(default_factory=dict, repr=False)
 
-    def step(
-        self,
-        kind: StepRole,
-        *,
-        replayed: bool,
-        run: RunKey = None,
-        entry_name: str | None = None,
-        usage: TokenUsage | None = None,
-        cost: Decimal | None = None,
-        counted_by_pydantic_ai: bool = True,
-    ) -> None:
-        """Count one step of agent run ``run`` that ended (``entry_name``: the entry a replayed step came from)."""
+    def step(self, count: StepCount, run: RunKey = None) -> None:
+        """Count one step of agent run ``run`` that ended."""
+        replayed = count.replayed
         side = self.saved if replayed else self.live
-        side.add(kind, usage=usage, cost=cost, counted_by_pydantic_ai=counted_by_pydantic_ai)
+        side.add(count.kind, usage=count.usage, cost=count.cost, counted_by_pydantic_ai=count.counted_by_pydantic_ai)
         if replayed:
-            self._replayed_by_run.setdefault(run, Spend()).add(kind, counted_by_pydantic_ai=counted_by_pydantic_ai)
-            if entry_name is not None:
-                self.replayed_entries.append(entry_name)
+            spend = self._replayed_by_run.setdefault(run, Spend())
+            spend.add(count.kind, counted_by_pydantic_ai=count.counted_by_pydantic_ai)
+            if count.entry_name is not None:
+                self.replayed_entries.append(count.entry_name)
 
     def replayed_for(self, run: RunKey) -> Counter[str]:
         """What pydantic-ai counted in agent run ``run``'s usage that did not happen (replayed), by its counter."""

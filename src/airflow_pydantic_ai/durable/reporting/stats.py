@@ -11,17 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, Protocol
 
-from airflow_pydantic_ai.durable.kinds import KINDS, StepRole
+from airflow_pydantic_ai.durable.kinds import KINDS
 from airflow_pydantic_ai.durable.reporting.accounting import (
     SUMMARY_TEMPLATE,
     Accounting,
     RunKey,
     Spend,
+    StepCount,
     SummaryCounts,
-    TokenUsage,
     format_summary,
 )
 from airflow_pydantic_ai.durable.reporting.telemetry import StepTelemetry
@@ -30,6 +29,7 @@ from airflow_pydantic_ai.durable.wording import plural
 __all__ = [
     "SUMMARY_TEMPLATE",
     "AttemptStats",
+    "StepCount",
     "TaskLogger",
     "empty_summary",
     "format_summary",
@@ -64,31 +64,14 @@ class AttemptStats:
     on_live_step: Callable[[Spend], None] | None = None
     """Told the attempt's live side after each live step (the budget across retries keeps it beside the steps)."""
 
-    def step_done(
-        self,
-        kind: StepRole,
-        *,
-        replayed: bool,
-        run: RunKey = None,
-        entry_name: str | None = None,
-        usage: TokenUsage | None = None,
-        cost: Decimal | None = None,
-        counted_by_pydantic_ai: bool = True,
-    ) -> None:
-        """A step ended (in the context of the request or call that asked for it): the one place it is counted."""
-        self.accounting.step(
-            kind,
-            replayed=replayed,
-            run=run,
-            entry_name=entry_name,
-            usage=usage,
-            cost=cost,
-            counted_by_pydantic_ai=counted_by_pydantic_ai,
-        )
-        if not KINDS[kind].instrumented:  # not a unit pydantic-ai's instrumentation sees, and no usage
+    def step_done(self, count: StepCount, run: RunKey = None) -> None:
+        """A step of agent run ``run`` ended (in the context of the request or call that asked for it): the one
+        place it is counted."""
+        self.accounting.step(count, run)
+        if not KINDS[count.kind].instrumented:  # not a unit pydantic-ai's instrumentation sees, and no usage
             return
-        self.telemetry.unit_done(executed=not replayed)
-        if not replayed and self.on_live_step is not None:
+        self.telemetry.unit_done(executed=not count.replayed)
+        if not count.replayed and self.on_live_step is not None:
             self.on_live_step(self.accounting.live)
 
     @property

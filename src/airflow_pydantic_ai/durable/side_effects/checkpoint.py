@@ -82,9 +82,11 @@ class ToolCheckpoint:
                 raise ValueError(f"it holds checkpoint {entry.payload.get('name')!r}, not {name!r}")
             value = decode_value(entry.payload["value"], self._allowed)
         except Exception as error:  # a damaged checkpoint: the tool starts that part over
-            run.entry_unusable(entry, error, f"checkpoint {name!r} of {self._shown} counts as not saved")
+            run.attempt.entry_unusable(entry, error, f"checkpoint {name!r} of {self._shown} counts as not saved")
             return default
-        run.log.info("Durable: %s resumes from checkpoint %r, saved by try %d", self._shown, name, entry.attempt)
+        run.attempt.log.info(
+            "Durable: %s resumes from checkpoint %r, saved by try %d", self._shown, name, entry.attempt
+        )
         return value
 
     def save(self, name: str, value: Any) -> bool:
@@ -111,7 +113,7 @@ class ToolCheckpoint:
             self._saved[name] = encoded
             return False
         payload = {"tool": call.tool_name, "call": key, "name": name, "value": encoded}
-        if run.holds_secret(payload):
+        if run.attempt.holds_secret(payload):
             raise CheckpointRefused(
                 f"tool_checkpoint().save({name!r}, ...) in {self._shown}: it holds a value registered as secret, "
                 "and checkpoints are stored in the cache; save a reference instead (a connection id, a variable "
@@ -122,7 +124,7 @@ class ToolCheckpoint:
             kind=_CHECKPOINT,
             key=checkpoint_key(key, name),
             step=call.answer_number,
-            attempt=run.attempt,
+            attempt=run.attempt.try_number,
             label=call.tool_name,
             payload=payload,
             call_id=call.call_id,
@@ -130,10 +132,10 @@ class ToolCheckpoint:
             recorded_at=time.time(),
             scope=run.entry_scope,
         )
-        if run.record(entry, f"checkpoint {name!r} of {self._shown}"):
-            run.log.debug("Durable: saved checkpoint %r of %s", name, self._shown)
+        if run.attempt.record(entry, f"checkpoint {name!r} of {self._shown}"):
+            run.attempt.log.debug("Durable: saved checkpoint %r of %s", name, self._shown)
             return True
-        run.log.warning(
+        run.attempt.log.warning(
             "Durable: checkpoint %r of %s is kept for this try only (see above): if the try is cut off now, the "
             "call starts over on a retry",
             name,
@@ -146,7 +148,7 @@ class ToolCheckpoint:
         call = self.call
         if call is None or call.run is None or call.key is None:
             return None
-        return call.run.entries.get(entry_name(_CHECKPOINT, checkpoint_key(call.key, name)))
+        return call.run.attempt.entries.get(entry_name(_CHECKPOINT, checkpoint_key(call.key, name)))
 
 
 def tool_checkpoint() -> ToolCheckpoint:

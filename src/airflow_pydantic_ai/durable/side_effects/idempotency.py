@@ -48,9 +48,9 @@ def idempotency_key(scope: str = "") -> str:
     if call is None:
         return IDEMPOTENCY_KEY_PREFIX + uuid.uuid4().hex
     if call.key is not None and call.run is not None:
-        return idempotency_key_of_call(call.run.task_instance, call.key, scope)
+        return idempotency_key_of_call(call.run.attempt.task_instance, call.key, scope)
     if call.run is not None and not call.live:
-        call.run.log.warning(
+        call.run.attempt.log.warning(
             "Durable: idempotency_key() in tool %s (call %s): the call has no key (see the warning above), so its "
             "idempotency key is not the same on a retry",
             call.tool_name,
@@ -59,5 +59,5 @@ def idempotency_key(scope: str = "") -> str:
     if call.run_id is None and call.call_id is None:
         return IDEMPOTENCY_KEY_PREFIX + uuid.uuid4().hex
     # In an attempt the run id is the same on every try: the try and the answer keep each call's key its own.
-    within = "" if call.run is None else f"try {call.run.attempt}, answer {call.answer_number}"
+    within = "" if call.run is None else f"try {call.run.attempt.try_number}, answer {call.answer_number}"
     return idempotency_key_of_run(call.run_id or "", call.call_id or "", call.tool_name, scope, within=within)

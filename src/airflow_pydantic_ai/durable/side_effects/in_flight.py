@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_pydantic_ai.durable.encoding.allowed_types import AllowedTypes
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.owner import StepOwner
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
 
 __all__ = ["CallInFlight", "current_call", "running_call"]
 
@@ -31,7 +31,7 @@ class CallInFlight:
     key: str | None
     """The call's step key (the same on every try for the same call); None outside an attempt, or when the call
     could not be fingerprinted."""
-    run: StepOwner | None
+    run: AgentRun | None
     run_id: str | None = None
     """The agent run's id (pydantic-ai's ``ctx.run_id``), for a call outside a durable attempt."""
     answer_number: int = 0

@@ -53,8 +53,8 @@ from airflow_pydantic_ai.durable.wording import call_label
 if TYPE_CHECKING:
     from pydantic_ai.tools import ToolDefinition
 
-    from airflow_pydantic_ai.durable.attempt.owner import AttemptOwner
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
+    from airflow_pydantic_ai.durable.attempt.attempt import Attempt
     from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 
 # Re-exported: NO_RESULT, CallInDoubt, OutcomeRules, Resolution and resolution_entry are still imported from here by
@@ -67,7 +67,6 @@ __all__ = [
     "OutcomeRules",
     "Resolution",
     "at_most_once",
-    "before_live_call",
     "forget_mark",
     "is_at_most_once",
     "mark_start",
@@ -101,7 +100,7 @@ class OnceGuard(CallGuard):
     """The at-most-once policy around one live call: settle an earlier start, record this one, forget it when the
     call ends with an exception of its own or a retry that may be forgotten."""
 
-    run: AttemptOwner
+    run: Attempt
     step: ToolStep
     rules: OutcomeRules
     redact: Any = None
@@ -113,8 +112,9 @@ class OnceGuard(CallGuard):
     """For a call whose outcome was unknown: who said it happened, and how (its result replays)."""
 
     @classmethod
-    def of(cls, run: DurableRun, step: ToolStep) -> OnceGuard:
-        return cls(run, step, run.outcomes, run.redact)
+    def of(cls, run: AgentRun, step: ToolStep) -> OnceGuard:
+        options = run.attempt.options
+        return cls(run.attempt, step, options.unknown_outcome, options.redact)
 
     def before(self) -> None:
         """Settle an earlier start that never finished: the step replays an answer "it happened", or the call is to
@@ -201,7 +201,7 @@ AT_MOST_ONCE = ToolPolicy("at most once", recognises=is_at_most_once, guard=Once
 """The at-most-once policy's entry of the table (``policies.py``)."""
 
 
-def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
+def _doubt(run: Attempt, step: ToolStep) -> CallInDoubt | None:
     """The call in doubt at ``step`` (an earlier start with no result), with its resolution; None when there is none
     (never started, or finished: a tool named live in replay mode runs again by design)."""
     assert step.key is not None
@@ -235,18 +235,10 @@ def _doubt(run: AttemptOwner, step: ToolStep) -> CallInDoubt | None:
     asked_by = run.step_number(asking) if asking is not None else None
     # How a call in doubt is named: it has no step (yet).
     label = call_label("tool", step.tool_name, step.call_id)
-    return replace(doubt, step=run.answer_number, label=label, asked_by=asked_by)
+    return replace(doubt, step=step.run.answer_number, label=label, asked_by=asked_by)
 
 
-def before_live_call(run: AttemptOwner, step: ToolStep, rules: OutcomeRules, *, redact: Any = None) -> None:
-    """``OnceGuard(...).before()`` for a caller that holds no guard (``DurableRun.before_at_most_once``): the step
-    carries the guard made here."""
-    guard = OnceGuard(run, step, rules, redact)
-    step.guard = guard
-    guard.before()
-
-
-def mark_start(run: AttemptOwner, step: ToolStep, *, redact: Any = None) -> str:
+def mark_start(run: Attempt, step: ToolStep, *, redact: Any = None) -> str:
     """Record that ``step``'s call starts now (one write), right before it runs; returns the mark's name. Raises
     :class:`~airflow_pydantic_ai.durable.errors.DurableStorageError` when the mark cannot be stored, whatever
     ``durable_storage_errors`` says: a call whose start is not recorded does not run (it fails closed).
@@ -260,18 +252,18 @@ def mark_start(run: AttemptOwner, step: ToolStep, *, redact: Any = None) -> str:
     except Exception as error:  # the mark matters more than what it shows: keep it, without the arguments
         # Only the error's type: its message may quote the value the masker was given.
         arguments = f"(not kept: the secrets masker failed on them: {type(error).__name__})"
-    started = StartedCall(step.tool_name, step.call_id, arguments, run.attempt, time.time())
+    started = StartedCall(step.tool_name, step.call_id, arguments, run.try_number, time.time())
     entry = StepEntry(
         kind=STARTED,
         key=step.key,
-        step=run.answer_number,
-        attempt=run.attempt,
+        step=step.run.answer_number,
+        attempt=run.try_number,
         label=step.tool_name,
         payload=started.to_payload(),
         call_id=step.call_id,
         role=STARTED,
         recorded_at=started.started_at,
-        scope=run.entry_scope,
+        scope=step.run.entry_scope,
     )
     if run.record(entry, f"the start of {step.shown()}"):
         return entry.name
@@ -283,7 +275,7 @@ def mark_start(run: AttemptOwner, step: ToolStep, *, redact: Any = None) -> str:
     )
 
 
-def forget_mark(run: AttemptOwner, name: str) -> None:
+def forget_mark(run: Attempt, name: str) -> None:
     """Remove the start mark ``name`` (the call ended with an exception of its own, or drew a retry that may be
     forgotten): a retry runs the call again instead of asking about it. Through the writer (its bookkeeping); a
     mark that cannot be removed stays, with a WARNING."""

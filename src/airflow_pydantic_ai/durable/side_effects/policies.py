@@ -30,7 +30,7 @@ from airflow_pydantic_ai.durable.side_effects.tool_policy import (
 if TYPE_CHECKING:
     from pydantic_ai.tools import ToolDefinition
 
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
     from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 
 __all__ = ["AT_MOST_ONCE", "LIVE", "NO_GUARD", "POLICIES", "guard_of", "is_live_tool", "live_tool", "policies_of"]
@@ -67,7 +67,7 @@ def policies_of(tool_def: ToolDefinition) -> tuple[ToolPolicy, ...]:
     return tuple(policy for policy in POLICIES if policy.recognises(tool_def))
 
 
-def guard_of(policies: tuple[ToolPolicy, ...], run: DurableRun, step: ToolStep) -> CallGuard:
+def guard_of(policies: tuple[ToolPolicy, ...], run: AgentRun, step: ToolStep) -> CallGuard:
     """The guard of one live call of a tool with ``policies`` (:data:`NO_GUARD` when none has one)."""
     guards = tuple(policy.guard(run, step) for policy in policies if policy.guard is not None)
     if not guards:

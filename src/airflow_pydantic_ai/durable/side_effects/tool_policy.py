@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pydantic_ai.tools import ToolDefinition
 
-    from airflow_pydantic_ai.durable.attempt.run import DurableRun
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
     from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 
 __all__ = ["TOOL_CONFIG_KEY", "CallGuard", "Guards", "ToolPolicy", "tool_config"]
@@ -98,5 +98,5 @@ class ToolPolicy:
     """Whether a tool has this policy, from its definition (its metadata, pydantic-ai's own fields)."""
     recorded: bool = True
     """False: its calls run on every try and are never recorded nor replayed (a live tool)."""
-    guard: Callable[[DurableRun, ToolStep], CallGuard] | None = None
+    guard: Callable[[AgentRun, ToolStep], CallGuard] | None = None
     """The guard of one live call (made once the cache has no outcome for it); None: nothing around the call."""

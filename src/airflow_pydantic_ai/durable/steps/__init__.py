@@ -1,3 +1,3 @@
-"""The steps floor: one attempt (``DurableRun``) and the steps it hands out, with their counts, usage
-ledger, writer, recorded output and clean-up. Internal to the durable package.
+"""The step kinds: a model request, a tool or output function call, a decision; each belongs to one agent run
+(``AgentRun``) and reports to it. Internal to the durable package.
 """

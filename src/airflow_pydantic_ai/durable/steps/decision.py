@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
 
+from airflow_pydantic_ai.durable.reporting.accounting import StepCount
 from airflow_pydantic_ai.durable.storage.entry import DECISION_KIND, StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.owner import StepOwner
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
 
 __all__ = ["Decision", "DecisionStep"]
 
@@ -77,7 +78,7 @@ class Decision:
 class DecisionStep:
     """The decision slot of one pending call: what the cache holds for it, and recording a new one."""
 
-    run: StepOwner
+    run: AgentRun
     call: ToolCallPart
     key: str | None
     """None when the conversation could not be fingerprinted: such a call cannot wait durably."""
@@ -101,14 +102,14 @@ class DecisionStep:
         """Look the decision up in what the cache holds (a damaged one is ignored with a warning)."""
         if self.key is None:
             return
-        entry = self.run.entries.get(self.entry_name)
+        entry = self.run.attempt.entries.get(self.entry_name)
         if entry is None:
             return
         try:
             self.recorded = Decision.from_payload(entry.payload)
-            self.run.step_replayed("decision", self.entry_name)  # issue 22: report
+            self.run.count(StepCount("decision", replayed=True, entry_name=self.entry_name))  # issue 22: report
         except Exception as error:
-            self.run.entry_unusable(
+            self.run.attempt.entry_unusable(
                 entry, error, f"the call {self.tool_name} ({self.call.tool_call_id}) is asked again"
             )
 
@@ -120,13 +121,13 @@ class DecisionStep:
             kind=DECISION_KIND,
             key=self.key,
             step=self.step_number,
-            attempt=self.run.attempt,
+            attempt=self.run.attempt.try_number,
             label=self.tool_name,
             payload=decision.to_payload(),
             call_id=self.call.tool_call_id,
             role=DECISION_KIND,
             recorded_at=time.time(),
         )
-        self.run.record_decision(entry, f"the decision on {self.tool_name} (call {self.call.tool_call_id})")
+        self.run.attempt.record_decision(entry, f"the decision on {self.tool_name} (call {self.call.tool_call_id})")
         self.recorded = decision
-        self.run.step_ran("decision")  # issue 22: report
+        self.run.count(StepCount("decision"))  # issue 22: report

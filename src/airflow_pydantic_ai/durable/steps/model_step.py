@@ -22,11 +22,12 @@ from pydantic_ai.usage import RequestUsage
 
 from airflow_pydantic_ai.durable.encoding.codec import decode_response, encode_response
 from airflow_pydantic_ai.durable.keys.chain import ModelKey
+from airflow_pydantic_ai.durable.reporting.accounting import StepCount
 from airflow_pydantic_ai.durable.reporting.cost import response_cost
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.owner import StepOwner
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
 
 __all__ = ["ModelStep"]
 
@@ -35,7 +36,7 @@ __all__ = ["ModelStep"]
 class ModelStep:
     """A model request of a durable run, replayed or live."""
 
-    run: StepOwner
+    run: AgentRun
     place: ModelKey
     replayed: ModelResponse | None = None
     replayed_usage: dict[str, Any] = field(default_factory=dict)
@@ -65,17 +66,17 @@ class ModelStep:
         if self.key is None:
             return f"a {what} step"
         if entry is None and self.replayed is not None:
-            entry = self.run.entries.get(self.entry_name)
+            entry = self.run.attempt.entries.get(self.entry_name)
         if entry is None:
             entry = self._entry({}, {})
-        return f"step {self.run.step_number(entry)}: {what}"
+        return f"step {self.run.attempt.step_number(entry)}: {what}"
 
     def _entry(self, payload: dict[str, Any], usage: dict[str, Any]) -> StepEntry:
         return StepEntry(
             kind="model",
             key=self.key or "",
             step=self.number,
-            attempt=self.run.attempt,
+            attempt=self.run.attempt.try_number,
             label=self.label,
             payload=payload,
             components=self.place.components,
@@ -89,7 +90,7 @@ class ModelStep:
         try:
             self.replayed = decode_response(entry.payload["response"])
         except Exception as error:
-            self.run.entry_unusable(entry, error, f"{self.shown(entry)} runs live")
+            self.run.attempt.entry_unusable(entry, error, f"{self.shown(entry)} runs live")
             return False
         self.replayed_usage = entry.usage
         return True
@@ -110,8 +111,8 @@ class ModelStep:
 
     def before_live(self) -> None:
         """The request is about to be sent: a budget across retries may refuse it first (issue 22)."""
-        if self.run.budget is not None:
-            self.run.budget.before_request(self.shown())
+        if self.run.attempt.budget is not None:
+            self.run.attempt.budget.before_request(self.shown())
 
     def take_replay(self) -> ModelResponse | None:
         """The cached response, counted as replayed, or None if the step must run live."""
@@ -119,10 +120,10 @@ class ModelStep:
             return None
         run = self.run
         usage, cost = self._recorded_spend(self.replayed)
-        run.step_replayed("model", self.entry_name, usage=usage, cost=cost)
+        run.count(StepCount("model", replayed=True, entry_name=self.entry_name, usage=usage, cost=cost))
         shown = self.shown()
         run.answer_is([self.entry_name], shown)
-        run.log.info("Durable: %s replayed %s", shown, run.replayed_from(self.entry_name))
+        run.attempt.log.info("Durable: %s replayed %s", shown, run.replayed_from(self.entry_name))
         return self.replayed
 
     def _recorded_spend(self, response: ModelResponse) -> tuple[RequestUsage, Decimal | None]:
@@ -138,9 +139,9 @@ class ModelStep:
 
     def record_failure(self, error: BaseException) -> None:
         """The request was sent but raised: counted as executed, nothing to cache."""
-        self.run.step_ran("model")
+        self.run.count(StepCount("model"))
         self.run.request_failed(self.place)
-        self.run.log.info(
+        self.run.attempt.log.info(
             "Durable: %s failed after %.2f s (%s)",
             self.shown(),
             time.monotonic() - self.started,
@@ -151,15 +152,15 @@ class ModelStep:
         """The request ran live: count it, and store its response (with the keys of the tries that failed before)."""
         run = self.run
         cost = response_cost(response)  # issue 22: priced once, for the report and the entry
-        run.step_ran("model", usage=response.usage, cost=cost)
+        run.count(StepCount("model", usage=response.usage, cost=cost))
         shown = self.shown()
-        run.log.info("Durable: %s ran live in %.2f s", shown, time.monotonic() - self.started)
+        run.attempt.log.info("Durable: %s ran live in %.2f s", shown, time.monotonic() - self.started)
         if self.key is None:
-            run.not_stored()
+            run.attempt.writer.skipped()
             return
         if not complete:
-            run.not_stored()
-            run.log.warning("Durable: %s was not read to its end (%s); it is not cached", shown, response.state)
+            run.attempt.writer.skipped()
+            run.attempt.log.warning("Durable: %s was not read to its end (%s); it is not cached", shown, response.state)
             return
         usage: dict[str, Any] = {
             "input_tokens": response.usage.input_tokens,
@@ -170,6 +171,6 @@ class ModelStep:
         entry = self._entry({"response": encode_response(response)}, usage)
         copies = [replace(entry, key=alias) for alias in self.place.aliases]
         run.answer_is([entry.name, *(copy.name for copy in copies)], shown)
-        run.record(entry, shown)
+        run.attempt.record(entry, shown)
         for copy in copies:
-            run.record(copy, f"{shown} (also as the try that failed before it)")
+            run.attempt.record(copy, f"{shown} (also as the try that failed before it)")

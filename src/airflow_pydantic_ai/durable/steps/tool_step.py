@@ -27,6 +27,7 @@ from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, T
 
 from airflow_pydantic_ai.durable.encoding.allowed_types import AllowedTypes
 from airflow_pydantic_ai.durable.encoding.codec import UnsupportedValue
+from airflow_pydantic_ai.durable.reporting.accounting import StepCount
 from airflow_pydantic_ai.durable.steps.outcome import (
     Raised,
     RetrySignal,
@@ -39,7 +40,7 @@ from airflow_pydantic_ai.durable.steps.outcome import (
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.attempt.owner import StepOwner
+    from airflow_pydantic_ai.durable.attempt.agent_run import AgentRun
     from airflow_pydantic_ai.durable.side_effects.tool_policy import CallGuard
 
 __all__ = ["CANCELLED_RUN_GRACE", "ToolStep"]
@@ -58,7 +59,7 @@ index, the value it was handed and its name; None when the error is the function
 class ToolStep:
     """A tool call (or output function call) of a durable run, replayed or live; counted as a tool step."""
 
-    run: StepOwner
+    run: AgentRun
     label: str
     tool_name: str
     key: str | None
@@ -110,17 +111,17 @@ class ToolStep:
         if entry is None and self.numbered is not None:
             return self.numbered
         if entry is None and self.replayed is not None:
-            entry = self.run.entries.get(self.entry_name)
+            entry = self.run.attempt.entries.get(self.entry_name)
         if entry is None:
             entry = self._entry(self.run.answer_number, {})
-        return f"step {self.run.step_number(entry, never_written=never_written)}: {self.label}"
+        return f"step {self.run.attempt.step_number(entry, never_written=never_written)}: {self.label}"
 
     def load(self, entry: StepEntry) -> None:
         """Take the recorded outcome from ``entry`` (a damaged one is ignored with a warning: the call runs live)."""
         try:
             self.replayed = decode_outcome(entry.payload, self.allowed)
         except Exception as error:  # whatever is wrong with the stored outcome, run the call live
-            self.run.entry_unusable(entry, error, f"{self.shown(entry)} runs live")
+            self.run.attempt.entry_unusable(entry, error, f"{self.shown(entry)} runs live")
             self.forget()
 
     def forget(self) -> None:
@@ -146,8 +147,8 @@ class ToolStep:
         ``validator_failure``: for an output function, which tells an output validator's failure from its own."""
         if self.is_replay:
             return self.replay()
-        if self.is_tool and self.run.budget is not None:  # issue 22: a budget across retries may refuse it
-            self.run.budget.before_tool_call(self.shown())
+        if self.is_tool and self.run.attempt.budget is not None:  # issue 22: a budget across retries may refuse it
+            self.run.attempt.budget.before_tool_call(self.shown())
         if self.guard is not None:  # last, right before the call, once nothing can refuse it
             self.guard.starting()
         with self._coming():
@@ -161,13 +162,12 @@ class ToolStep:
         outcome = self.replayed
         assert outcome is not None
         # pydantic-ai counts a function tool's return in usage.tool_calls: replayed, it did not happen.
-        run.step_replayed(
-            self.kind, self.entry_name, counted_by_pydantic_ai=self.is_tool and isinstance(outcome, Returned)
-        )
+        counted = self.is_tool and isinstance(outcome, Returned)
+        run.count(StepCount(self.kind, replayed=True, entry_name=self.entry_name, counted_by_pydantic_ai=counted))
         shown = self.shown()
         if isinstance(outcome, Validating):
             source = run.replayed_from(self.entry_name)
-            run.log.info(
+            run.attempt.log.info(
                 "Durable: %s replayed %s; output validator %s (and any after it) runs again on it%s",
                 shown,
                 "from the cache" if source.startswith("from the cache") else source,
@@ -177,7 +177,7 @@ class ToolStep:
             return outcome.value
         given = self.guard.replayed_as() if self.guard is not None else None
         source = run.replayed_from(self.entry_name) if given is None else given
-        run.log.info("Durable: %s replayed %s", shown, source)
+        run.attempt.log.info("Durable: %s replayed %s", shown, source)
         if isinstance(outcome, Returned):
             return outcome.value
         if not isinstance(outcome.error, ToolFailed):  # a retry: it may be what makes the run fail
@@ -197,7 +197,7 @@ class ToolStep:
             raise
         except (ApprovalRequired, CallDeferred):
             # Not an outcome: the call waits for a decision (or for work done elsewhere) and is made again after it.
-            self.run.log.info("Durable: %s asks for approval", self.shown())
+            self.run.attempt.log.info("Durable: %s asks for approval", self.shown())
             raise
         except ToolRetryError as error:  # a retry pydantic-ai already wrapped (an output function's, for text output)
             self._record_retry_signal(error)
@@ -242,15 +242,15 @@ class ToolStep:
         """While the call runs live: its entry is written when it ends (what a failing sibling is numbered after)."""
         if self.key is None or self.live:
             return nullcontext()
-        return self.run.step_coming(self._entry(self.run.answer_number, {}))
+        return self.run.attempt.writer.numbers.coming(self._entry(self.run.answer_number, {}))
 
     def _abandon(self, grace: float) -> None:
         """The run was cancelled and this call's thread did not finish within ``grace`` seconds."""
         self.abandoned = True
-        self.run.step_ran(self.kind)
-        self.run.not_stored()
+        self.run.count(StepCount(self.kind))
+        self.run.attempt.writer.skipped()
         on_retry = self._on_retry() or "it runs again on a retry"
-        self.run.log.warning(
+        self.run.attempt.log.warning(
             "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
             "result is not recorded and %s",
             self.shown(never_written=True),
@@ -262,15 +262,17 @@ class ToolStep:
     # --- recording outcomes ----------------------------------------------------------------------
 
     def _finish(self) -> int:
-        self.run.step_ran(self.kind)
+        self.run.count(StepCount(self.kind))
         elapsed = time.monotonic() - self.started
         if self.live:
-            self.run.log.info("Durable: %s ran live in %.2f s (a live tool: never recorded)", self.label, elapsed)
+            self.run.attempt.log.info(
+                "Durable: %s ran live in %.2f s (a live tool: never recorded)", self.label, elapsed
+            )
             return self.run.answer_number
         self.numbered = self.shown()
-        self.run.log.info("Durable: %s ran live in %.2f s", self.numbered, elapsed)
+        self.run.attempt.log.info("Durable: %s ran live in %.2f s", self.numbered, elapsed)
         if self.key is None:
-            self.run.not_stored()
+            self.run.attempt.writer.skipped()
         return self.run.answer_number
 
     def _record_return(self, value: Any) -> None:
@@ -282,8 +284,8 @@ class ToolStep:
         try:
             payload = encode_outcome(Returned(value), self.allowed)
         except UnsupportedValue as error:
-            self.run.not_stored()
-            self.run.log.warning("Durable: the result of %s is not cached: %s", self.shown(), error)
+            self.run.attempt.writer.skipped()
+            self.run.attempt.log.warning("Durable: the result of %s is not cached: %s", self.shown(), error)
             return
         self._write(step_number, payload)
 
@@ -291,15 +293,16 @@ class ToolStep:
         """The tool ran and raised (or was cancelled): counted as executed; a retry runs it again."""
         if self.abandoned:  # finished after its run ended: never recorded, already counted
             return
-        self.run.step_ran(self.kind)
+        self.run.count(StepCount(self.kind))
         # The run fails (if it does) because of this call, not because of the model answer that asked
         # for it: that answer must stay cached, or its other tool calls would happen again.
         self.run.call_failed()
         on_retry = self._on_retry()  # a policy's say: an at-most-once call cut off has its outcome unknown
-        what_next = self.run.outlook.what_next() if on_retry is None else self.run.outlook.what_next(on_retry)
+        outlook = self.run.attempt.outlook
+        what_next = outlook.what_next() if on_retry is None else outlook.what_next(on_retry)
         # A call in doubt has no step of its own (no number a command takes) until an answer about it is used.
         shown = self.label if on_retry is not None else self.shown(never_written=True)
-        self.run.log.info(
+        self.run.attempt.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and %s",
             shown,
             time.monotonic() - self.started,
@@ -312,33 +315,33 @@ class ToolStep:
         part is done and recorded (when its result can be), so a retry replays it and runs the validators."""
         if self.abandoned:  # finished after its run ended: never recorded, already counted
             return
-        self.run.step_ran(self.kind)
+        self.run.count(StepCount(self.kind))
         # The run fails because of this output step, not because of the model answer that asked for it.
         self.run.call_failed()
         step_number = self.run.answer_number
         elapsed = time.monotonic() - self.started
         shown = self.shown()
         if self.key is None:
-            self.run.not_stored()
-            self.run.log.info(
+            self.run.attempt.writer.skipped()
+            self.run.attempt.log.info(
                 "Durable: %s returned in %.2f s, then output validator %s failed (%s); it is not cached and %s",
-                *(shown, elapsed, validator, type(error).__name__, self.run.outlook.what_next()),
+                *(shown, elapsed, validator, type(error).__name__, self.run.attempt.outlook.what_next()),
             )
             return
         try:
             payload = encode_outcome(Validating(value, index, validator), self.allowed)
         except UnsupportedValue as unsupported:
-            self.run.not_stored()
-            self.run.log.warning(
+            self.run.attempt.writer.skipped()
+            self.run.attempt.log.warning(
                 "Durable: %s returned in %.2f s, then output validator %s failed (%s); its result is not cached "
                 "(%s) and the function %s",
-                *(shown, elapsed, validator, type(error).__name__, unsupported, self.run.outlook.what_next()),
+                *(shown, elapsed, validator, type(error).__name__, unsupported, self.run.attempt.outlook.what_next()),
             )
             return
-        self.run.log.info(
+        self.run.attempt.log.info(
             "Durable: %s returned in %.2f s and is recorded, then output validator %s failed (%s); %s",
             *(shown, elapsed, validator, type(error).__name__),
-            self.run.outlook.what_next("a retry replays the result and runs the validators again"),
+            self.run.attempt.outlook.what_next("a retry replays the result and runs the validators again"),
         )
         self._write(step_number, payload)
 
@@ -375,7 +378,7 @@ class ToolStep:
             kind="tool",
             key=self.key or "",
             step=step_number,
-            attempt=self.run.attempt,
+            attempt=self.run.attempt.try_number,
             label=self.tool_name,
             payload=payload,
             call_id=self.call_id,
@@ -387,7 +390,7 @@ class ToolStep:
     def _write(self, step_number: int, payload: dict[str, Any]) -> None:
         assert self.key is not None
         entry = self._entry(step_number, payload)
-        self.run.record(entry, self.numbered or self.shown(entry))
+        self.run.attempt.record(entry, self.numbered or self.shown(entry))
 
 
 def _is_cancelled(run_task: asyncio.Task[Any] | None) -> bool:
