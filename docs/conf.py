@@ -65,7 +65,8 @@ nitpick_ignore_regex = [
     # their home module.
     (
         r"py:class",
-        r"airflow_pydantic_ai\.durable\.side_effects\.once\.(OutcomeRules|CallInDoubt|Resolution|StartedCall)",
+        r"airflow_pydantic_ai\.durable\.side_effects\.(once|records|unknown_outcome)\."
+        r"(OutcomeRules|CallInDoubt|Resolution|StartedCall)",
     ),
     # DurableCapability keeps one Responses chain per agent run (internal: architecture.rst).
     (r"py:class", r"airflow_pydantic_ai\.durable\.interception\.response_chain\.ResponseChain"),

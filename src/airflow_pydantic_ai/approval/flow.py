@@ -16,7 +16,6 @@ applies when it reaches the call again.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -42,7 +41,6 @@ from airflow_pydantic_ai.durable import DecisionStep, DurableRun, WaitingForDeci
 from airflow_pydantic_ai.durable.side_effects import (
     CallInDoubt,
     Resolution,
-    StartedCall,
     parse_result,
     unknown_outcome_error,
 )
@@ -293,7 +291,7 @@ def ask_about_outcome(
     The wait is the approvals' (``approval_timeout``, ``approval_assigned_users``); when nobody answers in time the
     task fails (``on_approval_timeout='reject'`` has nothing to reject here).
     """
-    doubts = [doubt, *(other for other in _unanswered(run) if other.key != doubt.key)]
+    doubts = [doubt, *(other for other in run.calls_in_doubt() if other.key != doubt.key)]
     ti_id = str(context["task_instance"].id)
     asked = [outcome_field(each.ref) for each in doubts]
     same_try = previous is not None and previous.request_ti == ti_id
@@ -359,44 +357,6 @@ def ask_about_outcome(
     wait_for_answer(operator, context, request, timeout=settings.timeout, kwargs=kwargs)
 
 
-def _unanswered(run: DurableRun) -> list[CallInDoubt]:
-    """The calls in doubt of the run's cache that no answer resolves yet, oldest start first."""
-    entries = list(run.entries.values())
-    finished = {entry.key for entry in entries if entry.kind == "tool"}
-    found = []
-    for entry in entries:
-        if entry.kind != "started" or entry.key in finished:
-            continue
-        doubt = _doubt_again(run, {"key": entry.key})
-        if doubt is not None and doubt.resolution is None:
-            found.append(doubt)
-    return sorted(found, key=lambda doubt: (doubt.started.started_at, doubt.key))
-
-
-def _doubt_again(run: DurableRun, asked: dict[str, Any]) -> CallInDoubt | None:
-    """The call in doubt asked about, rebuilt from its start mark in the cache, with an answer recorded meanwhile
-    (``cache resolve``); None when the mark is gone or unreadable."""
-    found = {entry.kind: entry for entry in run.entries.values() if entry.key == asked.get("key")}
-    mark, answer = found.get("started"), found.get("resolution")
-    resolution = None
-    if answer is not None:
-        with contextlib.suppress(KeyError, TypeError, ValueError):  # the engine says so when it reaches the call
-            resolution = Resolution.from_payload(answer.payload)
-    if mark is None:
-        key = str(asked.get("key"))
-        why = run.unverified_mark(key)
-        if why is None or "tool" in found:
-            return None
-        # Issue 35: a mark that cannot be verified is a start all the same (the one asked about, when unknown).
-        started = StartedCall.unknown(str(asked.get("tool")), None, None, why)
-        resolved = resolution if resolution is not None and resolution.resolves(started) else None
-        return CallInDoubt(key, 0, f"tool {started.tool}", started, resolved, None)
-    try:
-        return CallInDoubt.of_mark(mark, resolution)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def _record_outcomes(run: DurableRun, resume: Resume, *, log: Any) -> None:
     """Record what the person said happened to each call in doubt asked about (nothing for a call the answer says
     nothing usable about: the run then asks again)."""
@@ -417,7 +377,7 @@ def _record_outcomes(run: DurableRun, resume: Resume, *, log: Any) -> None:
 def _record_outcome(run: DurableRun, asked: dict[str, Any], answers: OutcomeAnswers, *, log: Any) -> None:
     ref, tool = str(asked.get("ref")), str(asked.get("tool"))
     answer = answers.answers.get(ref) or OutcomeAnswer()
-    doubt = _doubt_again(run, asked)
+    doubt = run.call_in_doubt(str(asked.get("key")), tool)
     if doubt is None or (doubt.started.attempt, doubt.started.started_at) != (
         asked.get("attempt"),
         asked.get("started_at"),

@@ -28,7 +28,7 @@ def calls_in_doubt(reader: CacheReader, *, warn: Callable[[str], Any] = lambda m
     read goes to ``warn`` (the call is then taken as a retry takes it)."""
     found: list[CallInDoubt] = []
     for marked in marked_calls(reader):
-        if not marked.in_doubt or marked.recorded:  # finished, or its answer was used
+        if not marked.open:  # finished, or its answer was used (the engine's one decision: side_effects/doubt.py)
             continue
         if marked.problem:
             warn(f"{marked.call.label}: {marked.problem}")

@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions
     from airflow_pydantic_ai.durable.interception.capability import DurableCapability
     from airflow_pydantic_ai.durable.interception.run_agent import run_agent
-    from airflow_pydantic_ai.durable.interception.toolset import live_tool
     from airflow_pydantic_ai.durable.reporting.report import DurableReport
     from airflow_pydantic_ai.durable.reporting.stats import TaskLogger
+    from airflow_pydantic_ai.durable.side_effects.policies import live_tool
     from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
     from airflow_pydantic_ai.durable.storage.identity import Region, TaskIdentity, make_private_folders
     from airflow_pydantic_ai.durable.storage.store import StepStore
@@ -77,7 +77,7 @@ _HOMES = {
     "WaitingForDecisions": "interception.approvals",
     "attempt_block": "attempt.embedding",
     "check_mode": "attempt.replay_policy",
-    "live_tool": "interception.toolset",
+    "live_tool": "side_effects.policies",
     "make_private_folders": "storage.identity",
     "note_ending": "attempt.embedding",
     "run_agent": "interception.run_agent",
@@ -89,7 +89,7 @@ _DOCUMENTED_BEFORE = {
     "REPORT_SCHEMA_VERSION": "reporting.report",
     "REPORT_XCOM_KEY": "reporting.report",
     "SUMMARY_TEMPLATE": "reporting.stats",
-    "TOOL_CONFIG_KEY": "interception.toolset",
+    "TOOL_CONFIG_KEY": "side_effects.tool_policy",
     "CacheReader": "storage.reader",
     "DurableConfigError": "errors",
     "DurableError": "errors",

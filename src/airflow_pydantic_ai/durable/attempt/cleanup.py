@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from airflow_pydantic_ai.durable.attempt.writer import TryOutlook
 from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.reporting.stats import TaskLogger
-from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
+from airflow_pydantic_ai.durable.side_effects.doubt import CallLedger
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.store import StepStore
 from airflow_pydantic_ai.durable.wording import call_label, plural
 
@@ -58,20 +59,15 @@ class CallsKept:
         """The calls in doubt of a cache whose loaded ``entries`` and ``unverified`` marks are given: each start mark
         with no tool entry in the cache nor among ``finished`` (written by the attempt that deletes), and its
         answer."""
-        done = set(entries) | set(finished)
         kept: dict[str, StepEntry] = {}
-        for name, entry in entries.items():
-            if entry.step_role != "started" or entry_name("tool", entry.key) in done:
+        damaged: dict[str, str] = {}
+        for standing in CallLedger(entries, unverified, finished).open_calls():  # side_effects/doubt.py decides
+            if standing.mark is None:
+                damaged[standing.mark_name] = standing.unverified
                 continue
-            kept[name] = entry
-            answer = entries.get(entry_name("resolution", entry.key))
-            if answer is not None:
-                kept[answer.name] = answer
-        damaged = {
-            name: why
-            for name, why in unverified.items()
-            if name.startswith("started-") and name not in kept and f"tool-{name.removeprefix('started-')}" not in done
-        }
+            kept[standing.mark.name] = standing.mark
+            if standing.answer is not None:
+                kept[standing.answer.name] = standing.answer
         return cls(kept, damaged)
 
     def __bool__(self) -> bool:

@@ -533,3 +533,19 @@ class DurableRun:
     def log_summary(self) -> None:
         """The summary line at INFO, then what the replay saved and what was not persisted."""
         ends.log_summary(self)
+
+    # --- h-policy (issue 37 item 2): the attempt's questions about calls in doubt, decided by side_effects/doubt.py.
+    # Thin: the integrator moves them onto the Attempt. --------------------------------------------------------------
+
+    def calls_in_doubt(self) -> list[CallInDoubt]:
+        """The calls in doubt of this attempt's cache that no answer resolves yet, oldest start first."""
+        from airflow_pydantic_ai.durable.side_effects.doubt import CallLedger
+
+        return CallLedger(self.entries, self.unverified).unanswered()
+
+    def call_in_doubt(self, key: str, tool: str) -> CallInDoubt | None:
+        """The call in doubt ``key`` as the cache says now, with an answer recorded meanwhile (``cache resolve``);
+        None when it is not in doubt (its mark gone, or its call finished). ``tool``: what it was asked about as."""
+        from airflow_pydantic_ai.durable.side_effects.doubt import CallLedger
+
+        return CallLedger(self.entries, self.unverified).call(key, tool)

@@ -221,6 +221,22 @@ class StepWriter:
             self.written.append(entry.name)
         return True
 
+    def remove(self, name: str, *, if_kept: str) -> bool:
+        """Remove the entry ``name`` from the store and from what this attempt wrote (the cache's numbering and the
+        names deleted after success follow). A removal that fails is one WARNING whatever ``durable_storage_errors``
+        says (``if_kept``: what the entry left behind means), and the entry counts as still written; False then."""
+        try:
+            self.store.remove(name)
+        except Exception as error:
+            self.log.warning(
+                "Durable: could not remove %s%s (%s); %s", self.store.location, name, describe_error(error), if_kept
+            )
+            return False
+        self.numbers.discard(name)
+        if name in self.written:
+            self.written.remove(name)
+        return True
+
     def _too_large(self, what: str, size: int) -> bool:
         """Whether an entry of (at least) ``size`` bytes is over the limit: then it is not stored, with a WARNING."""
         if self.max_entry_bytes is None or size <= self.max_entry_bytes:

@@ -1,9 +1,8 @@
 """CachingToolset: a pydantic-ai toolset wrapper that replays recorded tool results.
 
-A tool marked live in pydantic-ai's own tool metadata (``metadata={TOOL_CONFIG_KEY: False}``, what
-:func:`live_tool` returns: the per-tool durable configuration pydantic-ai's engines read, where
-``False`` means "not a durable unit"), or with pydantic-ai's own ``Tool(durable=False)`` (2.78), runs on
-every try and is never recorded; the steps after it replay as long as its result does not change what the model is sent.
+What a tool's policies say (``side_effects/policies.py``: a live tool runs on every try and is never recorded, an
+at-most-once call records its start...) is asked of the table, never branched on here: whether calls are recorded,
+and the guard of a live call, whose hooks the tool step calls.
 """
 
 from __future__ import annotations
@@ -19,57 +18,13 @@ from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.encoding.allowed_types import declared_by
 from airflow_pydantic_ai.durable.interception.context_model import RunContextModel, with_recorded_model
 from airflow_pydantic_ai.durable.side_effects.in_flight import CallInFlight, running_call
+from airflow_pydantic_ai.durable.side_effects.policies import guard_of, policies_of
 from airflow_pydantic_ai.durable.steps.tool_step import CANCELLED_RUN_GRACE
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.attempt.run import DurableRun
 
-__all__ = ["CANCELLED_RUN_GRACE", "TOOL_CONFIG_KEY", "CachingToolset", "at_most_once", "live_tool"]
-
-TOOL_CONFIG_KEY = "airflow_pydantic_ai"
-"""The tool metadata key of this engine's per-tool durable configuration (pydantic-ai's ``tool_config_key``)."""
-
-
-def live_tool() -> dict[str, Any]:
-    """Tool metadata that makes a tool run live on every try (never recorded, never replayed).
-
-    ``@agent.tool_plain(metadata=live_tool())``, ``Tool(fn, metadata=live_tool())``,
-    ``FunctionToolset(..., metadata=live_tool())``: for a clock, a status check, a lock.
-    """
-    return {TOOL_CONFIG_KEY: False}
-
-
-def at_most_once() -> dict[str, Any]:
-    """Tool metadata that makes each call of a tool happen at most once, even when a try is cut off mid-call.
-
-    ``@agent.tool_plain(metadata=at_most_once())``, ``Tool(fn, metadata=at_most_once())``,
-    ``FunctionToolset(..., metadata=at_most_once())`` (every tool of the toolset, an MCP server's too through
-    its toolset's metadata): before each live call the attempt records that the call started. A later try that
-    finds a call started and never finished does not run it again: it asks a person, fails, or runs it again,
-    as the task's ``on_unknown_outcome`` says (``docs/side_effects.rst``). Merge it with metadata of your own:
-    ``metadata={**at_most_once(), "team": "billing"}``.
-    """
-    return {TOOL_CONFIG_KEY: {"at_most_once": True}}
-
-
-def _config(tool: ToolsetTool[Any]) -> Any:
-    return (tool.tool_def.metadata or {}).get(TOOL_CONFIG_KEY)
-
-
-def is_live_tool(tool: ToolsetTool[Any]) -> bool:
-    """Whether the tool opts out of replay: its metadata says so (``{TOOL_CONFIG_KEY: False}``, :func:`live_tool`),
-    or pydantic-ai's own per-tool opt-out does (``Tool(durable=False)``, pydantic-ai 2.78; the field does not
-    exist before). As pydantic-ai's engines do, this engine's metadata key wins when it is set on the tool."""
-    config = _config(tool)
-    if config is not None:
-        return config is False
-    return getattr(tool.tool_def, "durable", None) is False
-
-
-def is_at_most_once(tool: ToolsetTool[Any]) -> bool:
-    """Whether the tool's metadata asks for at-most-once calls (:func:`at_most_once`)."""
-    config = _config(tool)
-    return isinstance(config, dict) and config.get("at_most_once") is True
+__all__ = ["CANCELLED_RUN_GRACE", "CachingToolset"]
 
 
 @dataclass
@@ -97,15 +52,15 @@ class CachingToolset(WrapperToolset[Any]):
                 return await self.wrapped.call_tool(name, tool_args, ctx, tool)
         # What the tool declares it returns (never what an entry names) bounds the classes a replay may build.
         allowed = declared_by(_pydantic_ai.tool_function(tool))
-        step = self.run.tool_step(
-            name, tool_args, ctx.tool_call_id, ctx.messages, live=is_live_tool(tool), allowed=allowed
-        )
+        policies = policies_of(tool.tool_def)  # side_effects/policies.py: live, at most once...
+        live = not all(policy.recorded for policy in policies)
+        step = self.run.tool_step(name, tool_args, ctx.tool_call_id, ctx.messages, live=live, allowed=allowed)
         if step.is_replay:
             return step.replay()
-        if is_at_most_once(tool):
-            self.run.before_at_most_once(step)  # may replay a person's answer instead, or raise
-            if step.is_replay:
-                return step.replay()
+        step.guard = guard_of(policies, self.run, step)
+        step.guard.before()  # may replay what was given instead (a person's answer), or raise
+        if step.is_replay:
+            return step.replay()
         requests_before, recorded_before = ctx.usage.requests, self.run.stats.model_requests
         # The tool's own ``ctx.model`` requests are steps under this call (context_model.py).
         tool_ctx = with_recorded_model(ctx, self.run)

@@ -1,7 +1,7 @@
 """The at-most-once calls of a cache as a person reads them: each call that left a start mark, and where it stands.
 
-An ``at_most_once()`` call records a ``started`` entry before it runs (``at_most_once.py``). Read back, each start
-mark is in one of three states, decided as a retry decides it:
+An ``at_most_once()`` call records a ``started`` entry before it runs (``once.py``). Read back, each start mark is
+in one of three states, decided as a retry decides it (by :class:`~.doubt.CallLedger`, the one decision):
 
 - ``unfinished``: no tool entry under the call's key and no answer for that start: the try was cut off while the
   call ran, and its outcome is unknown (the next try that reaches it asks, fails or reruns);
@@ -20,19 +20,21 @@ pydantic-ai (which checks an answer's result) is imported only when the cache ho
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_pydantic_ai.durable.side_effects.doubt import CallHint, CallLedger, Standing, asking_answer
+from airflow_pydantic_ai.durable.side_effects.records import CallInDoubt, Resolution
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 from airflow_pydantic_ai.durable.storage.stored import unverified_entries
 
 if TYPE_CHECKING:
-    from airflow_pydantic_ai.durable.side_effects.once import CallInDoubt, Resolution
     from airflow_pydantic_ai.durable.storage.reader import CacheReader
 
 __all__ = ["CallState", "MarkedCall", "marked_calls"]
 
-_STARTED_PREFIX = "started-"
+_UNVERIFIED = CallHint(label="tool (its start mark cannot be read)")
+"""How the listing names a call whose start mark cannot be verified (its tool is unknown here)."""
 
 CallState = Literal["unfinished", "resolved", "finished"]
 """Where a call that left a start mark stands: cut off and unanswered, cut off and answered, or ended."""
@@ -58,6 +60,11 @@ class MarkedCall:
     def in_doubt(self) -> bool:
         """Cut off while it ran (answered or not): a person may want to know."""
         return self.state != "finished"
+
+    @property
+    def open(self) -> bool:
+        """In doubt for a retry (answered or not): it has no tool entry of its own (``doubt.CallLedger``'s ``open``)."""
+        return not self.recorded
 
     @property
     def ref(self) -> str:
@@ -94,91 +101,61 @@ class MarkedCall:
 
 
 def marked_calls(reader: CacheReader) -> list[MarkedCall]:
-    """Every at-most-once call of ``reader``'s cache that left a start mark, oldest start first (one survey)."""
+    """Every at-most-once call of ``reader``'s cache that left a start mark, oldest start first (one survey; where
+    each stands is :class:`~.doubt.CallLedger`'s decision, as a retry's)."""
     survey = reader.survey()
     entries = {name: entry for name, (entry, _) in survey.entries.items()}
-    marks = [entry for entry in entries.values() if entry.step_role == "started"]
-    unverified = {
-        name: why
-        for name, why in unverified_entries(survey).items()
-        if name.startswith(_STARTED_PREFIX) and entry_name("tool", name[len(_STARTED_PREFIX) : -5]) not in entries
-    }
-    if not marks and not unverified:
+    ledger = CallLedger(entries, unverified_entries(survey))
+    marked = ledger.marked()
+    if not marked:
         return []
     checkpoints: dict[str, list[StepEntry]] = {}
     for entry in entries.values():
         if entry.step_role == "checkpoint" and isinstance(entry.payload.get("call"), str):
             checkpoints.setdefault(entry.payload["call"], []).append(entry)
-    found = [
-        _classify(mark, entries, sorted(checkpoints.get(mark.key, []), key=lambda entry: entry.recorded_at or 0.0))
-        for mark in marks
-    ]
     numbers = {step.entry_name: step.number for step in reader.steps()}  # the same survey: no second read
-    found = [_numbered(marked, mark, entries, numbers) for marked, mark in zip(found, marks, strict=True)]
-    found += [_unverified(name[len(_STARTED_PREFIX) : -5], why, entries) for name, why in sorted(unverified.items())]
+    found = [_row(ledger, standing, entries, checkpoints.get(standing.key, []), numbers) for standing in marked]
     return sorted(found, key=lambda marked: (marked.call.started.started_at, marked.call.key))
 
 
-def _numbered(
-    marked: MarkedCall, mark: StepEntry, entries: dict[str, StepEntry], numbers: dict[str, int]
+def _row(
+    ledger: CallLedger,
+    standing: Standing,
+    entries: dict[str, StepEntry],
+    saved: list[StepEntry],
+    numbers: dict[str, int],
 ) -> MarkedCall:
-    """``marked`` with the number of the model step that asked for the call (what a retry's log names)."""
-    from dataclasses import replace
-
-    from airflow_pydantic_ai.durable.side_effects.once import asking_answer
-
-    asking = asking_answer(mark, entries.values())
-    number = numbers.get(asking.name) if asking is not None else None
-    return replace(marked, call=replace(marked.call, asked_by=number)) if number is not None else marked
-
-
-def _classify(mark: StepEntry, entries: dict[str, StepEntry], saved: list[StepEntry]) -> MarkedCall:
-    from airflow_pydantic_ai.durable.side_effects.once import CallInDoubt, StartedCall
-
+    """One call's row: read as a retry reads it, with why its mark or answer could not be read."""
     problems: list[str] = []
-    resolution = _answer(entries.get(entry_name("resolution", mark.key)), problems)
-    try:
-        call = CallInDoubt.of_mark(mark, resolution)
-    except Exception as error:  # as a retry treats it: started by the try that wrote it, outcome unknown
-        problems.insert(0, f"its start mark cannot be read ({error})")
-        started = StartedCall(mark.label, mark.call_id, None, mark.attempt, mark.recorded_at or 0.0)
-        resolved = resolution if resolution is not None and resolution.resolves(started) else None
-        call = CallInDoubt(mark.key, mark.step, f"tool {mark.label}", started, resolved, mark.scope)
-    recorded = entry_name("tool", mark.key) in entries
+
+    def unusable(entry: StepEntry, error: Exception, which: str) -> None:
+        if which == "mark":  # as a retry treats it: started by the try that wrote it, outcome unknown
+            problems.insert(0, f"its start mark cannot be read ({error})")
+        else:  # as a retry treats it: no answer
+            problems.append(f"its answer cannot be read ({error}), so it counts as unanswered")
+
+    call = ledger.read(standing, _UNVERIFIED if standing.mark is None else None, unusable=unusable)
+    assert call is not None
+    if standing.mark is None:  # issue 35: in doubt, its tool unknown here (the retry that reaches it knows it)
+        problems.insert(
+            0,
+            f"its start mark cannot be verified ({standing.unverified}); the call counts as started, its outcome "
+            "unknown",
+        )
+    else:
+        asking = asking_answer(standing.mark, entries.values())
+        number = numbers.get(asking.name) if asking is not None else None
+        if number is not None:
+            call = replace(call, asked_by=number)
+    recorded = standing.state == "finished"
     state: CallState = "resolved" if call.resolution is not None else "finished" if recorded else "unfinished"
-    names = tuple(str(entry.payload.get("name", "")) for entry in saved)
+    ordered = sorted(saved, key=lambda entry: entry.recorded_at or 0.0)
+    names = tuple(str(entry.payload.get("name", "")) for entry in ordered)
     return MarkedCall(call, state, names, "; ".join(problems), recorded)
 
 
-def _unverified(key: str, why: str, entries: dict[str, StepEntry]) -> MarkedCall:
-    """A call whose start mark exists but cannot be verified: in doubt, as a retry treats it (issue 35), its tool
-    unknown here (the retry that reaches it knows it), its start unknown (an answer binds to that)."""
-    from airflow_pydantic_ai.durable.side_effects.once import CallInDoubt, StartedCall
-
-    problems: list[str] = []
-    started = StartedCall.unknown("(unknown: its start mark cannot be read)", None, None, why)
-    found = _answer(entries.get(entry_name("resolution", key)), problems)
-    resolution = found if found is not None and found.resolves(started) else None
-    call = CallInDoubt(key, 0, "tool (its start mark cannot be read)", started, resolution, None)
-    state: CallState = "resolved" if resolution is not None else "unfinished"
-    problems.insert(0, f"its start mark cannot be verified ({why}); the call counts as started, its outcome unknown")
-    return MarkedCall(call, state, (), "; ".join(problems), False)
-
-
-def _answer(entry: StepEntry | None, problems: list[str]) -> Resolution | None:
-    from airflow_pydantic_ai.durable.side_effects.once import Resolution
-
-    if entry is None:
-        return None
-    try:
-        return Resolution.from_payload(entry.payload)
-    except Exception as error:  # as a retry treats it: no answer
-        problems.append(f"its answer cannot be read ({error}), so it counts as unanswered")
-        return None
-
-
 def _masked(value: Any, redact: Callable[[Any], Any] | None) -> str:
-    from airflow_pydantic_ai.durable.side_effects.once import masked
+    from airflow_pydantic_ai.durable.side_effects.unknown_outcome import masked
 
     return masked(value, redact)
 

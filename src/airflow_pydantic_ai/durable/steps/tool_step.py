@@ -40,6 +40,7 @@ from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.attempt.owner import StepOwner
+    from airflow_pydantic_ai.durable.side_effects.tool_policy import CallGuard
 
 __all__ = ["CANCELLED_RUN_GRACE", "ToolStep"]
 
@@ -73,13 +74,9 @@ class ToolStep:
     numbered: str | None = field(default=None, repr=False)
     """How the log named the call once it ran live (its number is taken once, not per line)."""
     arguments: Any = field(default=None, repr=False)
-    """The arguments as the model sent them (what an at-most-once call's start mark shows a person)."""
-    marks_start: bool = False
-    """An at-most-once call about to run live: its start is recorded right before it runs (``at_most_once.py``)."""
-    started_mark: str | None = None
-    """The entry that marks this at-most-once call as started, once written."""
-    resolved_by: str | None = None
-    """For a call whose outcome was unknown: who said it happened, and how (its result replays)."""
+    """The arguments as the model sent them (what a tool policy may keep of the call)."""
+    guard: CallGuard | None = field(default=None, repr=False)
+    """What the tool's policies do around this live call (``side_effects/policies.py``); None: nothing."""
     allowed: AllowedTypes = field(default_factory=AllowedTypes, repr=False)
     """The classes its result may name (``allowed_types.py``): what the tool declares, never what an entry says."""
 
@@ -130,13 +127,12 @@ class ToolStep:
         """Run live after all: drop the recorded outcome."""
         self.replayed = None
 
-    def take_answer(self, resolution: Any) -> None:
-        """A person said this call (cut off in an earlier try) happened: replay the result they gave, and record it
-        as the call's own entry, so that the call is a step of the listing under the number the log gives it, and
-        later tries replay it as any recorded result (the answer has been used)."""
-        self.replayed = decode_outcome(resolution.result, self.allowed)
-        self.resolved_by = resolution.describe()
-        self._write(self.run.answer_number, dict(resolution.result))
+    def take_given(self, payload: dict[str, Any]) -> None:
+        """Replay an outcome given elsewhere (a person said this call, cut off in an earlier try, happened, with this
+        result), and record it as the call's own entry, so that the call is a step of the listing under the number
+        the log gives it, and later tries replay it as any recorded result."""
+        self.replayed = decode_outcome(payload, self.allowed)
+        self._write(self.run.answer_number, payload)
 
     async def replay_or_run(
         self,
@@ -152,8 +148,8 @@ class ToolStep:
             return self.replay()
         if self.is_tool and self.run.budget is not None:  # issue 22: a budget across retries may refuse it
             self.run.budget.before_tool_call(self.shown())
-        if self.marks_start:  # issue 29: recorded last, right before the call, once nothing can refuse it
-            self.run.mark_start(self)
+        if self.guard is not None:  # last, right before the call, once nothing can refuse it
+            self.guard.starting()
         with self._coming():
             if in_thread:
                 return await self._recorded_even_if_cancelled(call())
@@ -179,7 +175,8 @@ class ToolStep:
                 source.removeprefix("from the cache"),
             )
             return outcome.value
-        source = run.replayed_from(self.entry_name) if self.resolved_by is None else f"as {self.resolved_by}"
+        given = self.guard.replayed_as() if self.guard is not None else None
+        source = run.replayed_from(self.entry_name) if given is None else given
         run.log.info("Durable: %s replayed %s", shown, source)
         if isinstance(outcome, Returned):
             return outcome.value
@@ -206,10 +203,8 @@ class ToolStep:
             self._record_retry_signal(error)
             raise
         except BaseException as error:  # it ran (its side effects may have happened) but has no outcome to keep
-            if isinstance(error, Exception) and self.started_mark is not None:
-                # The tool ended and said it failed: not a call cut off. A retry runs it again, as any tool.
-                self.run.forget_mark(self.started_mark)
-                self.started_mark = None
+            if isinstance(error, Exception) and self.guard is not None:  # it ended and said it failed
+                self.guard.ended_without_outcome(error)
             failed = validator_failure(error) if validator_failure is not None else None
             if failed is None:
                 self._record_failure(error)
@@ -254,11 +249,7 @@ class ToolStep:
         self.abandoned = True
         self.run.step_ran(self.kind)
         self.run.not_stored()
-        on_retry = (
-            "it runs again on a retry"
-            if self.started_mark is None
-            else "its start is recorded, so a retry does not run it again but does what on_unknown_outcome says"
-        )
+        on_retry = self._on_retry() or "it runs again on a retry"
         self.run.log.warning(
             "Durable: %s did not finish within %.0f s after the run was cancelled (after %.2f s in all); its "
             "result is not recorded and %s",
@@ -304,13 +295,10 @@ class ToolStep:
         # The run fails (if it does) because of this call, not because of the model answer that asked
         # for it: that answer must stay cached, or its other tool calls would happen again.
         self.run.call_failed()
-        what_next = self.run.outlook.what_next()
-        if self.started_mark is not None:  # an at-most-once call cut off: its outcome is unknown
-            what_next = self.run.outlook.what_next(
-                "its start is recorded, so a retry does not run it again but does what on_unknown_outcome says"
-            )
+        on_retry = self._on_retry()  # a policy's say: an at-most-once call cut off has its outcome unknown
+        what_next = self.run.outlook.what_next() if on_retry is None else self.run.outlook.what_next(on_retry)
         # A call in doubt has no step of its own (no number a command takes) until an answer about it is used.
-        shown = self.label if self.started_mark is not None else self.shown(never_written=True)
+        shown = self.label if on_retry is not None else self.shown(never_written=True)
         self.run.log.info(
             "Durable: %s failed after %.2f s (%s); it is not cached and %s",
             shown,
@@ -363,7 +351,8 @@ class ToolStep:
         if isinstance(error, ModelRetry):  # ToolFailed costs no retry: it can never exhaust them
             self.run.retry_drawn(self.entry_name, self.shown(), "ModelRetry")
         self._write(step_number, encode_outcome(Raised(error)))
-        self._drop_mark_of_a_retry(error)
+        if self.guard is not None and not isinstance(error, ToolFailed):  # a retry: may be forgotten with its answer
+            self.guard.retry_recorded()
 
     def _record_retry_signal(self, error: ToolRetryError) -> None:
         """A retry already in pydantic-ai's own form: stored as the part it sends the model, replayed as is."""
@@ -374,14 +363,12 @@ class ToolStep:
             return
         self.run.retry_drawn(self.entry_name, self.shown(), "ToolRetryError")
         self._write(step_number, encode_outcome(RetrySignal(error)))
-        self._drop_mark_of_a_retry(error)
+        if self.guard is not None:  # a retry: may be forgotten with its answer
+            self.guard.retry_recorded()
 
-    def _drop_mark_of_a_retry(self, error: BaseException) -> None:
-        """A retry outcome may be forgotten with its answer (``forget_what_failed``): its call's start mark goes
-        now, so that a forgotten outcome never leaves the call looking cut off."""
-        if self.started_mark is not None and not isinstance(error, ToolFailed):
-            self.run.forget_mark(self.started_mark)
-            self.started_mark = None
+    def _on_retry(self) -> str | None:
+        """What a policy says a retry does with this call when this try does not finish it (None: runs again)."""
+        return self.guard.on_retry() if self.guard is not None else None
 
     def _entry(self, step_number: int, payload: dict[str, Any]) -> StepEntry:
         return StepEntry(
