@@ -29,17 +29,15 @@ LINE_LIMIT = 450
 MEMBER_LIMIT = 40
 
 # Being reshaped by issue 37 (h-attempt/h-policy); the integrator empties this list at merge.
+# (h-policy, merged, left approval/flow.py and side_effects/once.py within the limits.)
 # (test, what): "lines" a module, "members" a class (module:Class), "internals" a module reading the engine's insides.
 KNOWN_VIOLATORS: frozenset[tuple[str, str]] = frozenset(
     {
         ("lines", "durable/attempt/run.py"),
-        ("lines", "durable/side_effects/once.py"),
-        ("lines", "approval/flow.py"),
         ("members", "durable/attempt/run.py:DurableRun"),
         ("internals", "tries/modes.py"),
         ("internals", "tries/lifecycle.py"),
         ("internals", "testing/verify.py"),
-        ("internals", "approval/flow.py"),
     }
 )
 
