@@ -1,4 +1,6 @@
-"""``airflow pydantic-ai cache list|show|rm|gc``: look at, delete and clean up durable caches.
+"""``airflow pydantic-ai cache list|show|rm|gc``: look at, delete and clean up durable caches. This module holds
+the commands over every cache under the base (``list``, ``gc``); ``task_cache_command.py`` those on one task
+instance's cache (``show``, ``rm``: importable from here too), ``cache_shared.py`` what every command shares.
 
 Every command opens the cache location exactly as a task does
 (:func:`~airflow_pydantic_ai.tries.settings.open_cache_base`: the same URL resolution, connection,
@@ -16,22 +18,28 @@ deletes one task instance's prefix, ``gc`` only caches found under the base.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from airflow_pydantic_ai.cache_tools import task_states
-from airflow_pydantic_ai.cache_tools.access import STEP_LIMIT, CacheAccess, ShownCall
-from airflow_pydantic_ai.cache_tools.doubts import FORGET_FLAG, doubts_of, named_calls
-from airflow_pydantic_ai.cli.mistakes import _UserError
-from airflow_pydantic_ai.durable import TaskIdentity
+from airflow_pydantic_ai.cache_tools.doubts import FORGET_FLAG, doubts_of
+from airflow_pydantic_ai.cli.cache_shared import (
+    _base,
+    _configured,
+    _confirm,
+    _one_line,
+    _print_rows,
+    _say,
+    _size,
+    _user_errors,
+    _UserError,
+)
+from airflow_pydantic_ai.cli.task_cache_command import cache_rm, cache_show  # the commands' module before the split
 from airflow_pydantic_ai.durable.read import CacheSummary, list_caches
 from airflow_pydantic_ai.durable.read import plural as _plural  # one wording of counts with the task log
 
-__all__ = ["cache_gc", "cache_list", "cache_rm", "cache_show"]
+__all__ = ["LIST_COLUMNS", "TABLE_COLUMNS", "cache_gc", "cache_list", "cache_rm", "cache_show", "parse_age"]
 
 LIST_COLUMNS = (
     "dag_id",
@@ -48,7 +56,8 @@ LIST_COLUMNS = (
     "calls_in_doubt",
     "location",
 )
-"""The fields of ``cache list -o json|yaml``."""
+
+
 TABLE_COLUMNS = (
     "dag_id",
     "run_id",
@@ -60,73 +69,12 @@ TABLE_COLUMNS = (
     "task_state",
     "calls_in_doubt",
 )
-"""The columns of ``cache list``'s table: what fits a terminal; the location is in ``-o json`` and ``cache show``."""
-CALL_TABLE_COLUMNS = ("ref", "tool", "call_id", "state", "attempt", "started_at", "answer", "answered_by")
-"""The columns of ``cache show --calls``'s table (JSON and YAML hold every field: arguments, result, the command)."""
+
+
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """Turn configuration, storage and input errors into one line on stderr and exit code 1."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from airflow_pydantic_ai.cache_tools.access import OutsideCacheBase
-    from airflow_pydantic_ai.durable.errors import DurableConfigError, describe_error
-
-    try:
-        yield
-    except (_UserError, DurableConfigError, OutsideCacheBase) as error:
-        raise SystemExit(f"error: {_one_line(str(error))}") from None
-    except (OSError, TimeoutError) as error:
-        raise SystemExit(f"error: the durable cache cannot be reached: {_one_line(describe_error(error))}") from None
-    except SQLAlchemyError as error:  # e.g. gc on a worker that has no access to Airflow's database
-        raise SystemExit(
-            "error: the task instance states cannot be read from Airflow's metadata database "
-            f"({_one_line(describe_error(error)).split(' [SQL:', 1)[0]}); run the command where [database] "
-            "sql_alchemy_conn reaches the scheduler's database"
-        ) from None
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _base() -> Any:
-    from airflow_pydantic_ai.tries.settings import open_cache_base
-
-    return open_cache_base()
-
-
-def _console() -> Any:
-    from airflow.cli.simple_table import AirflowConsole
-
-    return AirflowConsole()
-
-
-def _print_rows(rows: list[dict[str, Any]], output: str) -> None:
-    """Rows as a table through Airflow's formatter, or as JSON or YAML with numbers kept as numbers.
-
-    Airflow's formatter turns every value into a string (``"bytes": "3681"``), which scripts then have
-    to convert back. The document is the text the formatter would print (highlighted on a terminal);
-    off a terminal it is written as it is, since highlighting 1,000 rows nobody sees takes a second.
-    """
-    if output not in ("json", "yaml"):
-        _console().print_as(data=rows, output=output)
-        return
-    if output == "json":
-        document = json.dumps(rows)
-    else:
-        from airflow.utils import yaml
-
-        document = yaml.dump(rows)
-    if sys.stdout.isatty():
-        from rich.syntax import Syntax
-
-        _console().print(Syntax(document, output, theme="ansi_dark"), soft_wrap=True)
-    else:
-        print(document)
 
 
 def parse_age(text: str) -> dt.timedelta:
@@ -145,76 +93,6 @@ def _older_than(cache: CacheSummary, cutoff: dt.datetime | None) -> bool:
 
 def _cutoff(age: str | None) -> dt.datetime | None:
     return None if age is None else dt.datetime.now(tz=dt.UTC) - parse_age(age)
-
-
-def _identity(args: Any) -> TaskIdentity:
-    """The task instance the arguments name; with ``--iteration``, its cache in that loop iteration (Airflow 3.4)."""
-    from airflow_pydantic_ai.cache_tools.access import NoSuchIteration, open_cache
-
-    iteration = getattr(args, "iteration", None)
-    if iteration is None:
-        return TaskIdentity(dag_id=args.dag_id, run_id=args.run_id, task_id=args.task_id, map_index=args.map_index)
-    try:
-        return open_cache(args.dag_id, args.run_id, args.task_id, args.map_index, iteration=iteration).identity
-    except NoSuchIteration as error:
-        raise _UserError(str(error)) from None
-
-
-def _iterations_hint(identity: TaskIdentity) -> str:
-    """For a task whose plain cache is missing: the loop iterations it left caches in, if any."""
-    from airflow_pydantic_ai.cache_tools.access import loop_caches
-
-    caches = loop_caches(_base(), identity.dag_id, identity.run_id, identity.task_id, identity.map_index)
-    iterations = sorted({cache.iteration for cache in caches if cache.iteration is not None})
-    if not iterations:
-        return ""
-    return f"; it ran in a loop and has caches of loop iterations {', '.join(map(str, iterations))}: add --iteration N"
-
-
-def _describe(identity: TaskIdentity) -> str:
-    return identity.describe()
-
-
-def _open(identity: TaskIdentity) -> CacheAccess:
-    """The task instance's cache, opened as the view opens it; :class:`_UserError` when there is none."""
-    from airflow_pydantic_ai.cache_tools.access import open_cache
-
-    iteration = identity.region.iteration if identity.region is not None else None
-    access = open_cache(identity.dag_id, identity.run_id, identity.task_id, identity.map_index, iteration=iteration)
-    if not access.reader.exists():
-        hint = _iterations_hint(identity) if identity.region is None else ""
-        raise _UserError(f"no durable cache for {_describe(identity)} (looked at {access.location}){hint}")
-    return access
-
-
-def _print_latest_try(access: CacheAccess) -> None:
-    """The latest try's summary and how it ended (as the view shows them), on stderr beside the location."""
-    from airflow_pydantic_ai.durable.read import latest_attempt
-
-    latest = latest_attempt(access.store)
-    if latest is None:
-        return
-    print(f"Latest try {latest.attempt}: {latest.summary}", file=sys.stderr)
-    if latest.ending is not None:
-        print(f"How it ended: {latest.ending.describe()}", file=sys.stderr)
-
-
-def _confirm(what: str, yes: bool) -> None:
-    """Ask before deleting ``what`` ("the whole cache (3 steps, 1234 bytes) at ..."), unless ``--yes``."""
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise _UserError(f"deleting {what} needs a confirmation and there is no terminal to ask on; add --yes")
-    answer = input(f"Delete {what}? [y/N] ")
-    if answer.strip().lower() not in ("y", "yes"):
-        raise SystemExit("Cancelled; nothing was deleted.")
-
-
-def _size(count: int) -> str:
-    return f"{count} byte" if count == 1 else f"{count} bytes"
-
-
-# --- list ----------------------------------------------------------------------------------------
 
 
 def _catalog(base: Any) -> list[CacheSummary]:
@@ -237,13 +115,6 @@ def _list_row(cache: CacheSummary, state: str, doubts: int = 0) -> dict[str, Any
         "calls_in_doubt": doubts,
         "location": cache.location,
     }
-
-
-def _configured(func: Callable[[Any], None]) -> Callable[[Any], None]:
-    """Load the providers' configuration first (so ``[pydantic_ai]`` defaults are known), as Airflow's commands do."""
-    from airflow.utils.providers_configuration_loader import providers_configuration_loaded
-
-    return providers_configuration_loaded(func)
 
 
 @_configured
@@ -288,167 +159,6 @@ def _table_row(row: dict[str, Any], cache: CacheSummary, *, looped: bool = False
     if cache.last_written is not None:
         shown["last_written"] = cache.last_written.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     return shown
-
-
-# --- show ----------------------------------------------------------------------------------------
-
-
-@_configured
-def cache_show(args: Any) -> None:
-    """The steps of one task instance's cache, or one step decoded."""
-    with _user_errors():
-        if args.calls and args.step is not None:
-            raise _UserError("--calls lists the at_most_once() calls; --step shows one step: give one of them")
-        access = _open(_identity(args))
-        if args.calls:
-            print(f"Cache at {access.location}", file=sys.stderr)
-            calls = access.calls()
-            if args.output in ("json", "yaml"):
-                _print_rows([call.as_row() for call in calls], args.output)
-                return
-            # A table that fits a terminal; each command on a line of its own, never wrapped inside a cell.
-            _print_rows([{key: call.as_row()[key] for key in CALL_TABLE_COLUMNS} for call in calls], args.output)
-            for call in calls:
-                if call.resolve:
-                    print(f"resolve {call.call.ref}: {call.resolve}")
-            return
-        if args.step is None:
-            print(f"Cache at {access.location}", file=sys.stderr)  # stdout stays the table or document
-            _print_latest_try(access)
-            with access.reader.one_survey():  # the steps and the calls from one read of the store
-                steps = access.reader.steps()
-                doubts = [shown for shown in access.calls() if shown.call.in_doubt]
-            _print_rows([step.as_row() for step in steps], args.output)
-            if args.output in ("json", "yaml"):
-                if doubts:  # the document stays the steps' rows; say where the calls are
-                    print(
-                        f"{_plural(len(doubts), 'call')} in doubt (started, cut off): add --calls to list them",
-                        file=sys.stderr,
-                    )
-                return
-            if steps:  # issue 22: what a retry replays, and saves
-                from airflow_pydantic_ai.durable.read import replay_total
-
-                print(replay_total([(step.kind, step.cost) for step in steps]))
-            _print_calls_in_doubt(doubts)
-            return
-        try:
-            info, text = access.render_step(
-                args.step, limit=None if args.full else STEP_LIMIT, raw=args.raw, see_all="show it whole with --full"
-            )
-        except KeyError as error:
-            raise _UserError(
-                f"{error.args[0]}; it has {_plural(len(access.reader.steps()), 'step')} (see cache show)"
-            ) from None
-        header = (
-            f"Step {info.number}: {info.kind} {info.shown_name or '-'} call_id={info.call_id or '-'} "
-            f"attempt={info.attempt if info.attempt is not None else '-'} "
-            f"recorded_at={info.recorded_at.isoformat() if info.recorded_at else '-'} bytes={info.size}"
-        )
-        print(header)
-        if info.problem:
-            print(f"This entry cannot be shown: {info.problem}")
-            return
-        print(text)
-
-
-def _print_calls_in_doubt(doubts: list[ShownCall]) -> None:
-    """After the steps: each at_most_once() call a try started and never finished, and how to resolve it."""
-    if not doubts:
-        return
-    print(f"\nCalls in doubt ({len(doubts)}):")
-    for shown in doubts:
-        call = shown.call
-        started = call.call.started
-        print(f"  {call.ref}  tool {started.tool}  call {started.call_id or '-'}: {call.describe()}")
-        print(f"      arguments: {shown.arguments}")
-        if shown.result is not None:
-            print(f"      result given: {shown.result}")
-        if call.problem:
-            print(f"      note: {call.problem}")
-        if shown.resolve:
-            print(f"      resolve: {shown.resolve}")
-
-
-# --- rm ------------------------------------------------------------------------------------------
-
-
-@_configured
-def cache_rm(args: Any) -> None:
-    """Delete one task instance's cache, or every step from ``--from-step`` on."""
-    with _user_errors():
-        identity = _identity(args)
-        access = _open(identity)
-        reader = access.reader
-        state = task_states.state_of(identity)
-        if task_states.is_active(state) and not args.force:
-            raise _UserError(
-                f"the task instance {_describe(identity)} is {state}: a try runs, is about to start or waits to "
-                "resume from its cache (deleting it would run recorded steps live again). Wait until it has "
-                "finished, or add --force"
-            )
-        location = access.location
-        steps = reader.steps()
-        if args.from_step is not None:
-            doomed = [step for step in steps if step.number >= args.from_step]
-            if not doomed:
-                raise _UserError(
-                    f"the cache at {location} has {_plural(len(steps), 'step')}; --from-step must be 1..{len(steps)}"
-                )
-            numbers = f"step {args.from_step}" if len(doomed) == 1 else f"steps {args.from_step}..{len(steps)}"
-            what = f"{numbers} of the cache ({_size(sum(step.size for step in doomed))})"
-        else:
-            doomed = steps
-            stored = _stored_size(identity)  # what list and gc say: every object, start marks and notes' entries too
-            size = stored if stored is not None else sum(step.size for step in steps)
-            what = f"the whole cache ({_plural(len(steps), 'step')}, {_size(size)} stored)"
-        doubts = _doubts_forgotten(access, identity, args) if args.from_step is None else []
-        if args.dry_run:
-            print(f"Would delete {what} at {location} (dry run: nothing deleted)")
-            _print_steps(doomed)
-            if doubts:
-                print(f"  and forget the calls in doubt: {named_calls(doubts)}")
-            return
-        _confirm(f"{what} at {location}", args.yes)
-        if args.from_step is not None:
-            reader.delete_from(args.from_step)
-            print(f"Deleted {what} at {location}; the next try replays steps 1..{args.from_step - 1}")
-        else:
-            reader.delete_all()
-            print(f"Deleted {what} at {location}; the next try runs every step live")
-            if doubts:
-                print(f"Forgot the calls in doubt ({FORGET_FLAG}): {named_calls(doubts)}")
-
-
-def _doubts_forgotten(access: CacheAccess, identity: TaskIdentity, args: Any) -> list[Any]:
-    """The calls in doubt deleting the whole cache forgets; refused (naming each) without --forget-calls-in-doubt.
-    ``cache rm --from-step`` keeps them: the start marks and answers are not numbered steps."""
-    from airflow_pydantic_ai.cache_tools.doubts import calls_in_doubt, forgetting_refused
-    from airflow_pydantic_ai.tries.lifecycle import cache_resolve_command
-
-    doubts = calls_in_doubt(access.reader)
-    if doubts and not getattr(args, "forget_calls_in_doubt", False):
-        what = f"the cache of {_describe(identity)}"
-        raise _UserError(forgetting_refused(what, doubts, cache_resolve_command(identity)))
-    return doubts
-
-
-def _stored_size(identity: Any) -> int | None:
-    """The bytes the task instance's cache holds as ``cache list`` and ``gc`` count them (None: not listed)."""
-    base = _base()
-    segments = tuple(identity.segments())
-    for cache in list_caches(base.fs, base.root, base.url, within=segments[:3]):
-        if cache.segments == segments:
-            return cache.size
-    return None
-
-
-def _print_steps(steps: list[Any]) -> None:
-    for step in steps:
-        print(f"  step {step.number}: {step.kind} {step.shown_name or '-'} ({_size(step.size)})")
-
-
-# --- gc ------------------------------------------------------------------------------------------
 
 
 @_configured
@@ -529,8 +239,3 @@ def _say_doubts(
             continue
         fate = f"forgets ({FORGET_FLAG})" if forget else f"keeps (delete it with {FORGET_FLAG})"
         _say(f"{cache.location} holds calls in doubt, which gc {fate}: {named_calls(found)}", output)
-
-
-def _say(message: str, output: str) -> None:
-    """A closing line: on stdout after a table, on stderr after JSON or YAML (which must stay parseable)."""
-    print(message, file=sys.stdout if output in ("table", "plain") else sys.stderr)

@@ -2,8 +2,8 @@
 
 Airflow 3.2 and later read the provider metadata's ``cli`` entry and call :func:`get_cli_commands`
 when they build ``airflow``'s parser, so this module stays cheap to import: the commands themselves
-(:mod:`airflow_pydantic_ai.cli.cache_command`) load only when one runs. Airflow 3.1 does not read the
-``cli`` entry; there the same commands run as the ``airflow-pydantic-ai`` console script
+(:mod:`airflow_pydantic_ai.cli.cache_command`, ``task_cache_command.py``...) load only when one runs. Airflow 3.1
+does not read the ``cli`` entry; there the same commands run as the ``airflow-pydantic-ai`` console script
 (:mod:`airflow_pydantic_ai.cli.standalone`), built from the same definitions.
 """
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["CACHE_COMMANDS", "get_cli_commands"]
 
 _COMMANDS = "airflow_pydantic_ai.cli.cache_command"
+_TASK_COMMANDS = "airflow_pydantic_ai.cli.task_cache_command"
 _FIXTURE_COMMANDS = "airflow_pydantic_ai.cli.fixture_command"
 _RESOLVE_COMMAND = "airflow_pydantic_ai.cli.resolve_command"
 
@@ -151,7 +152,7 @@ CACHE_COMMANDS = (
     ActionCommand(
         name="show",
         help="Show the steps of a task instance's durable cache in recorded order, or one step decoded",
-        func=lazy_load_command(f"{_COMMANDS}.cache_show"),
+        func=lazy_load_command(f"{_TASK_COMMANDS}.cache_show"),
         args=(
             ARG_DAG_ID,
             ARG_RUN_ID,
@@ -168,7 +169,7 @@ CACHE_COMMANDS = (
     ActionCommand(
         name="rm",
         help="Delete a task instance's durable cache (its next try runs live), or only from step N on",
-        func=lazy_load_command(f"{_COMMANDS}.cache_rm"),
+        func=lazy_load_command(f"{_TASK_COMMANDS}.cache_rm"),
         args=(
             ARG_DAG_ID,
             ARG_RUN_ID,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from airflow_pydantic_ai.cli.cache_command import _configured, _describe, _identity, _open, _user_errors, _UserError
+from airflow_pydantic_ai.cli.cache_shared import _configured, _describe, _identity, _open, _user_errors, _UserError
 from airflow_pydantic_ai.cli.spellings import verify_target
 
 __all__ = ["cache_export", "cache_verify"]
@@ -84,7 +84,7 @@ def _agent_tasks(dag: Any, task_id: str | None) -> list[Any]:
 def _verify(dag: Any, task: Any, args: Any) -> Any:
     import tempfile
 
-    from airflow_pydantic_ai.cli.cache_command import _base
+    from airflow_pydantic_ai.cli.cache_shared import _base
     from airflow_pydantic_ai.durable import TaskIdentity
     from airflow_pydantic_ai.durable.errors import FixtureError
     from airflow_pydantic_ai.durable.read import read_fixture

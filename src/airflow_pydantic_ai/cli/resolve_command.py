@@ -16,7 +16,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow_pydantic_ai.cli.cache_command import _configured, _describe, _identity, _open, _user_errors, _UserError
+from airflow_pydantic_ai.cli.cache_shared import _configured, _describe, _identity, _open, _user_errors, _UserError
 
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.side_effects import Answer

@@ -1,8 +1,7 @@
 """The read side's face: what the ``cache`` and ``fixture`` commands, the UI view and the pytest plugin use to
 find, read, price and copy a task instance's cache, without opening an attempt.
 
-Also the XCom key and schema version of a durable try's report (the pytest plugin reads it; ``tries/report.py``
-pushes it). The names are imported on first use, and none of the read side's own imports pydantic-ai
+The names are imported on first use, and none of the read side's own imports pydantic-ai
 (``airflow pydantic-ai cache list`` stays light); :func:`marked_calls` loads it only for a cache that holds the
 start mark of an ``at_most_once()`` call, to read the answers about it as a retry does. The engine's main face,
 ``airflow_pydantic_ai.durable``, is for running attempts; the errors are in ``durable/errors.py``.
@@ -17,7 +16,6 @@ from airflow_pydantic_ai.durable.faces import load_name
 if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.keys.releases import installed_release
     from airflow_pydantic_ai.durable.keys.schemes import recorded_release
-    from airflow_pydantic_ai.durable.reporting.report import REPORT_SCHEMA_VERSION, REPORT_XCOM_KEY
     from airflow_pydantic_ai.durable.side_effects.marked_calls import MarkedCall, marked_calls
     from airflow_pydantic_ai.durable.storage.catalog import CacheSummary, list_caches
     from airflow_pydantic_ai.durable.storage.entry import StepEntry
@@ -25,12 +23,10 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.storage.identity import id_segment, is_shortened, parse_place
     from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, latest_attempt
     from airflow_pydantic_ai.durable.storage.reader import CacheReader, StepDetail, StepInfo
-    from airflow_pydantic_ai.durable.storage.step_costs import StepCost, format_usd, replay_total
+    from airflow_pydantic_ai.durable.storage.step_costs import StepCost, replay_total
     from airflow_pydantic_ai.durable.wording import plural
 
 __all__ = [
-    "REPORT_SCHEMA_VERSION",
-    "REPORT_XCOM_KEY",
     "AttemptRecord",
     "CacheReader",
     "CacheSummary",
@@ -39,7 +35,6 @@ __all__ = [
     "StepDetail",
     "StepEntry",
     "StepInfo",
-    "format_usd",
     "id_segment",
     "installed_release",
     "is_shortened",
@@ -55,8 +50,6 @@ __all__ = [
 ]
 
 _HOMES = {
-    "REPORT_SCHEMA_VERSION": "reporting.report",
-    "REPORT_XCOM_KEY": "reporting.report",
     "AttemptRecord": "storage.notes",
     "CacheReader": "storage.reader",
     "CacheSummary": "storage.catalog",
@@ -65,7 +58,6 @@ _HOMES = {
     "StepDetail": "storage.reader",
     "StepEntry": "storage.entry",
     "StepInfo": "storage.reader",
-    "format_usd": "storage.step_costs",
     "id_segment": "storage.identity",
     "installed_release": "keys.releases",
     "is_shortened": "storage.identity",
@@ -81,8 +73,17 @@ _HOMES = {
 }
 
 
+# Names this face listed before it was held to 20 (issue 37): users' code keeps importing them from here. Not part
+# of the face: the report's XCom key is ``DurableReport.xcom_key``, a step's formatted cost ``StepCost.price``.
+_LISTED_BEFORE = {
+    "REPORT_SCHEMA_VERSION": "reporting.report",
+    "REPORT_XCOM_KEY": "reporting.report",
+    "format_usd": "storage.step_costs",
+}
+
+
 def __getattr__(name: str) -> Any:
-    return load_name(globals(), name, _HOMES)
+    return load_name(globals(), name, {**_LISTED_BEFORE, **_HOMES})
 
 
 def __dir__() -> list[str]:

@@ -18,7 +18,6 @@ __all__ = ["publish_report"]
 def publish_report(context: Any, report: DurableReport, *, log: TaskLogger, push: bool = True) -> None:
     """Count ``report`` in Airflow's ``Stats`` and, with ``push``, push it as the task instance's XCom
     ``durable_report`` (also on a failed try: Airflow keeps it until the next try starts)."""
-    from airflow_pydantic_ai.durable.read import REPORT_XCOM_KEY
     from airflow_pydantic_ai.tries.metrics import count_attempt, metric_tags
 
     value = report.to_json()
@@ -27,6 +26,6 @@ def publish_report(context: Any, report: DurableReport, *, log: TaskLogger, push
     if not push:
         return
     try:
-        ti.xcom_push(key=REPORT_XCOM_KEY, value=value)
+        ti.xcom_push(key=report.xcom_key, value=value)
     except Exception as error:
         log.warning("Durable: could not push the durable report to XCom: %s", error)

@@ -1,7 +1,8 @@
 """Every ``[pydantic_ai]`` option a durable task reads, read and checked here, once: where the cache lives
 (``durable_cache_path``, checked and opened as a :class:`CacheBase`), ``durable_storage_errors``,
 ``durable_storage_timeout``, ``durable_encrypt``, ``durable_budget_across_tries``, ``durable_mode``,
-``durable_on_unknown_outcome`` and ``on_clear``. :class:`DurableSettings` is the one frozen value a try starts from.
+``durable_on_unknown_outcome``, ``on_clear``, and the plugin's ``cache_view``: no other module reads the section
+(``tests/unit/test_layering.py``). :class:`DurableSettings` is the one frozen value a try starts from.
 The ``ObjectStoragePath`` is built at execution time (a path that names a connection looks it up in its
 constructor); every misconfiguration fails here, before any model call, with a message naming the option to fix.
 """
@@ -27,6 +28,7 @@ __all__ = [
     "CacheBase",
     "DurableArguments",
     "DurableSettings",
+    "cache_view_enabled",
     "check_on_clear",
     "check_on_unknown_outcome",
     "configured",
@@ -238,6 +240,13 @@ def _budget_across_tries() -> bool:
         raise DurableConfigError(
             f"[{CONFIG_SECTION}] durable_budget_across_tries must be True or False: {error}"
         ) from error
+
+
+def cache_view_enabled() -> bool:
+    """``[pydantic_ai] cache_view`` (on unless set to False): whether the plugin registers the cache view."""
+    from airflow.configuration import conf
+
+    return conf.getboolean(CONFIG_SECTION, "cache_view", fallback=True)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from html import escape
 from urllib.parse import quote, urlencode
 
 from airflow_pydantic_ai.cache_tools.access import ShownCall
-from airflow_pydantic_ai.durable.read import AttemptRecord, StepCost, StepInfo, format_usd, replay_total
+from airflow_pydantic_ai.durable.read import AttemptRecord, StepCost, StepInfo, replay_total
 
 __all__ = [
     "Confirmation",
@@ -300,7 +300,7 @@ def _tokens(cost: StepCost) -> str:
 
 
 def _cost(cost: StepCost) -> str:
-    return "" if cost.cost_usd is None else escape(format_usd(cost.cost_usd))
+    return "" if cost.price is None else escape(cost.price)
 
 
 def confirmation_page(confirmation: Confirmation) -> str:

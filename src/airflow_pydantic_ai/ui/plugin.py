@@ -21,8 +21,10 @@ __all__ = ["DurableCacheViewPlugin", "entry_point_plugin", "view_enabled"]
 
 
 def view_enabled() -> bool:
-    """``[pydantic_ai] cache_view`` (on unless set to False)."""
-    return conf.getboolean("pydantic_ai", "cache_view", fallback=True)
+    """``[pydantic_ai] cache_view`` (on unless set to False), read where every ``[pydantic_ai]`` option is."""
+    from airflow_pydantic_ai.tries.settings import cache_view_enabled  # light: no pydantic-ai
+
+    return cache_view_enabled()
 
 
 def _href() -> str:

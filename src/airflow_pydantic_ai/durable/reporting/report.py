@@ -43,6 +43,8 @@ class DurableReport:
     cache_location: str
     cache_deleted: bool
 
+    xcom_key: ClassVar[str] = REPORT_XCOM_KEY
+    """The XCom key the Airflow side pushes the report under (``tries/report.py``)."""
     metric_kinds: ClassVar[dict[str, str]] = {
         role: str(KINDS[role].metric) for role in COUNTED_KINDS if KINDS[role].metric is not None
     }

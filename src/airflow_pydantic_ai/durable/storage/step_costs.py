@@ -44,6 +44,11 @@ class StepCost:
             return None
         return (self.input_tokens or 0) + (self.output_tokens or 0)
 
+    @property
+    def price(self) -> str | None:
+        """The cost as people read it (:func:`format_usd`), or None when the step reported none."""
+        return None if self.cost_usd is None else format_usd(self.cost_usd)
+
 
 def format_usd(amount: float) -> str:
     """``~$0.04``; small amounts keep four decimals (``~$0.0035``)."""

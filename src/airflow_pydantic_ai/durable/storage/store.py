@@ -37,11 +37,10 @@ from typing import Any
 
 from fsspec.asyn import AsyncFileSystem, sync
 
-from airflow_pydantic_ai.durable.errors import OutsideCacheBase
+from airflow_pydantic_ai.durable.storage import deletion
 from airflow_pydantic_ai.durable.storage.entry import (
     RESULT_ENTRY,
     Cipher,
-    CorruptEntry,
     StepEntry,
     is_entry_name,
     is_pack_name,
@@ -50,18 +49,17 @@ from airflow_pydantic_ai.durable.storage.entry import (
 )
 from airflow_pydantic_ai.durable.storage.identity import TaskIdentity
 from airflow_pydantic_ai.durable.storage.local_files import LocalFiles, write_atomically
-from airflow_pydantic_ai.durable.storage.pack import Pack, decode_pack, encode_pack
+from airflow_pydantic_ai.durable.storage.pack import encode_pack
 from airflow_pydantic_ai.durable.storage.stored import (
     LoadedCache,
     StoredEntry,
     Survey,
     modified_time,
-    newer,
     stored_bytes,
     stored_digest,
     unverified_entries,
 )
-from airflow_pydantic_ai.durable.storage.tombstone import Mark, forgotten_by, is_tombstone
+from airflow_pydantic_ai.durable.storage.surveying import Holdings, listing_rows, named_rows, take_survey, verify
 
 __all__ = [
     "LoadedCache",
@@ -71,12 +69,6 @@ __all__ = [
     "Survey",
     "modified_time",
 ]  # re-exported: the store returns them
-
-
-def _written_here(path: str) -> bool:
-    """A note or temporary file the store wrote ("." names), as a file or a link (never a folder)."""
-    name = os.path.basename(path)
-    return name.startswith(".") and name not in (".", "..") and (os.path.islink(path) or os.path.isfile(path))
 
 
 def _check_note_name(name: str) -> None:
@@ -106,18 +98,8 @@ class StepStore:
     created_folders: list[str] = field(default_factory=list, repr=False)
     """Local folders this store created (outermost first): removed again if a failed try leaves them empty."""
     local_files: LocalFiles = field(default_factory=LocalFiles, repr=False)
-    _held: dict[str, tuple[bytes | dict[str, Any], str]] = field(default_factory=dict, repr=False)
-    """Entry name -> (stored form, the object holding it): what this store loaded or wrote, for :meth:`pack`."""
-    _unread: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict, repr=False)
-    """Entries of readable packs that could not be verified here (sealed without the key, damaged): a new
-    pack carries them as they are, so packing never drops what it could not read."""
-    _packs_seen: set[str] = field(default_factory=set, repr=False)
-    """The readable packs the last load found (a pack written from what it held replaces them)."""
-    _forgotten_singles: set[str] = field(default_factory=set, repr=False)
-    """Single entries the last load found holding only a copy a tombstone forgets: a pack removes them too."""
-    _listing: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
-    """Entry name -> its listing fields (``StepEntry.listing_fields``), for the held entries whose metadata this
-    store knows (verified or written here): what a pack's listing holds (``pack.py``)."""
+    held: Holdings = field(default_factory=Holdings, repr=False)
+    """What this store loaded or wrote, for :meth:`pack` (``surveying.py``)."""
 
     @classmethod
     def for_task(
@@ -159,7 +141,7 @@ class StepStore:
             return sync(self.fs.loop, getattr(self.fs, f"_{method}"), *args, timeout=self.timeout * requests, **kwargs)
         return getattr(self.fs, method)(*args, **kwargs)
 
-    def _fresh_listing(self, *, detail: bool) -> list[Any]:
+    def fresh_listing(self, *, detail: bool) -> list[Any]:
         """One listing of the prefix ([] when it does not exist). Object-store filesystems cache listings
         per process, and another worker may have written since: the cached one is dropped first."""
         invalidate = getattr(self.fs, "invalidate_cache", None)
@@ -191,149 +173,14 @@ class StepStore:
         return loaded
 
     def survey(self, *, listing_only: bool = False) -> Survey:
-        """List the prefix, fetch the packs and single entries in one batched call, and verify each entry.
-
-        A pack superseded by a readable pack is not read; an entry both packed and single counts once
-        (the copy written last); a copy a tombstone forgets is not found at all, wherever it sits
-        (``tombstone.py``). What this finds, the tombstones with it, is what :meth:`pack` packs.
-
-        ``listing_only`` (the read side): the steps a pack's listing describes are taken from it, not opened
-        (``Survey.unopened``; :meth:`open` verifies one when it is shown). Never for a replay.
-        """
-        survey = Survey()
-        rows = self._listing_rows()
-        contents = self.read_entries(list(rows))
-        gone = [name for name, data in contents.items() if isinstance(data, FileNotFoundError)]
-        if gone:
-            # A try packing at the same moment moved them into a new pack: list once more and read what is new.
-            rows = self._listing_rows()
-            contents = {name: data for name, data in contents.items() if name in rows}
-            contents.update(self.read_entries([name for name in rows if name not in contents]))
-        stored: list[StoredEntry] = []
-        packs: dict[str, Pack] = {}
-        for name, data in sorted(contents.items()):
-            size, modified = rows.get(name, (0, None))
-            if isinstance(data, bytes):
-                survey.bytes_read += len(data)
-            if not is_pack_name(name):
-                stored.append(StoredEntry(name, data, size, modified, name))
-                continue
-            try:
-                if isinstance(data, BaseException):
-                    raise CorruptEntry(f"it could not be read: {data}")
-                packs[name] = decode_pack(data, owner=self.owner)
-            except CorruptEntry as error:
-                survey.damaged.append((StoredEntry(name, data, size, modified, name), error))
-        replaced = {old for pack in packs.values() for old in pack.replaces}
-        listed: dict[str, dict[str, dict[str, Any]]] = {}
-        for name, pack in packs.items():
-            if name in replaced:
-                continue
-            size, modified = rows.get(name, (0, None))
-            listed[name] = pack.listing(self.cipher) if listing_only else {}
-            for packed, body in pack.bodies.items():
-                listed_size = listed[name].get(packed, {}).get("size")
-                own_size = listed_size if isinstance(listed_size, int) else None
-                stored.append(StoredEntry(packed, body, size, modified, name, own_size))
-        self._held, self._unread, self._listing = {}, {}, {}
-        self._packs_seen = set(packs)
-        singles: list[tuple[StepEntry, StoredEntry]] = []
-        unopened: set[tuple[str, str]] = set()
-        for item in stored:
-            try:
-                entry = self._listed(item, listed.get(item.container, {}))
-                if entry is None:
-                    entry = self._verify(item)
-                else:
-                    unopened.add((item.name, item.container))
-            except CorruptEntry as error:
-                survey.damaged.append((item, error))
-                if item.in_pack and isinstance(item.data, dict):
-                    self._unread[item.name] = (item.data, item.container)
-                continue
-            if not item.in_pack:
-                singles.append((entry, item))
-            known = survey.entries.get(item.name)
-            if known is None or newer(entry, known[0]):
-                survey.entries[item.name] = (entry, item)
-                self._held[item.name] = (item.data, item.container)  # type: ignore[assignment]
-                self._listing[item.name] = entry.listing_fields()
-        # The copy found is the newest: a single entry written after the pack was opened like any other.
-        survey.unopened = {name for name, (_, item) in survey.entries.items() if (name, item.container) in unopened}
-        self._honour_tombstones(survey, singles)
-        return survey
-
-    @staticmethod
-    def _listed(item: StoredEntry, listing: dict[str, dict[str, Any]]) -> StepEntry | None:
-        """The entry as its pack's listing describes it (not opened), or None: not listed (a companion, a
-        tombstone, an older pack), listed with malformed fields, or no longer the very bytes the packer verified
-        (edited, damaged since): it is then opened as any other, and a damaged one is found damaged."""
-        fields = listing.get(item.name)
-        if fields is None or not item.in_pack or not isinstance(item.data, dict):
-            return None
-        if fields.get("digest") != stored_digest(stored_bytes(item.data)):
-            return None
-        try:
-            entry = StepEntry.listed(fields, name=item.name)
-        except CorruptEntry:
-            return None
-        if entry.is_companion or is_tombstone(entry):  # their payloads are read (calls, forgetting): opened
-            return None
-        return entry
+        """List the prefix, fetch the packs and single entries in one batched call, and verify each entry
+        (``surveying.py``). ``listing_only`` (the read side): the steps a pack's listing describes are taken from it,
+        not opened (``Survey.unopened``; :meth:`open` verifies one when it is shown). Never for a replay."""
+        return take_survey(self, listing_only=listing_only)
 
     def open(self, item: StoredEntry) -> StepEntry:
         """Verify one entry a survey found (``listing_only``: one it did not open); raises ``CorruptEntry``."""
-        return self._verify(item)
-
-    def _honour_tombstones(self, survey: Survey, singles: Sequence[tuple[StepEntry, StoredEntry]]) -> None:
-        """Move the tombstones out of the survey's entries, and drop every copy they forget: the newest copy of a
-        name is the one a later try might have recorded after it was forgotten; when a mark covers it, it
-        covers every older copy too. The tombstones stay held (a pack carries them); what they forget does not."""
-        marks: dict[str, Mark] = {}
-        for name, (entry, item) in list(survey.entries.items()):
-            if not is_tombstone(entry):
-                continue
-            del survey.entries[name]
-            try:
-                forgets = forgotten_by(entry)
-            except CorruptEntry as error:
-                survey.damaged.append((item, error))
-                continue
-            survey.tombstones[name] = (entry, item)
-            for forgotten, mark in forgets.items():
-                marks[forgotten] = max(mark, marks.get(forgotten, mark))
-        for name, mark in marks.items():
-            found = survey.entries.get(name)
-            if found is not None and mark.covers(found[0]):
-                del survey.entries[name]
-                self._held.pop(name, None)
-        self._forgotten_singles = {
-            item.name for entry, item in singles if item.name in marks and marks[item.name].covers(entry)
-        }
-
-    def _verify(self, item: StoredEntry) -> StepEntry:
-        if isinstance(item.data, BaseException):
-            raise CorruptEntry(f"it could not be read: {item.data}")
-        if isinstance(item.data, bytes):
-            return self.decode(item.name, item.data)
-        # A shallow copy: verifying removes the checksum field, and the stored form is packed again later.
-        return StepEntry.from_body(dict(item.data), name=item.name, cipher=self.cipher, owner=self.owner)
-
-    def _listing_rows(self) -> dict[str, tuple[int, dt.datetime | None]]:
-        """Entry and pack name -> (bytes stored, last modified in UTC), from one listing of the prefix.
-
-        A directory under an entry's name is listed too: reading it fails, and that is said (a warning)."""
-        return self._rows(lambda name: is_entry_name(name) or is_pack_name(name), directories=True)
-
-    def _rows(self, wanted: Callable[[str], bool], *, directories: bool) -> dict[str, tuple[int, dt.datetime | None]]:
-        """Name -> (bytes stored, last modified in UTC) of the ``wanted`` names, from one listing of the prefix."""
-        found: dict[str, tuple[int, dt.datetime | None]] = {}
-        for info in self._fresh_listing(detail=True):
-            name = str(info.get("name", "")).rsplit("/", 1)[-1]
-            if not wanted(name) or (not directories and info.get("type") == "directory"):
-                continue
-            found[name] = (int(info.get("size") or 0), modified_time(info))
-        return found
+        return verify(self, item)
 
     # --- packs -------------------------------------------------------------------------------------
 
@@ -346,18 +193,20 @@ class StepStore:
         recorded output (``RESULT_ENTRY``) is never packed: cleanup after success deletes it last, alone.
         Returns the pack's name, or None when there was nothing to pack.
         """
-        held = {name: item for name, item in self._held.items() if name != RESULT_ENTRY}
-        carried = {name: item for name, item in self._unread.items() if name not in held}
+        held = {name: item for name, item in self.held.entries.items() if name != RESULT_ENTRY}
+        carried = {name: item for name, item in self.held.unread.items() if name not in held}
         if not held and not carried:
             return None
-        forgotten = sorted(self._forgotten_singles - set(held))
+        forgotten = sorted(self.held.forgotten_singles - set(held))
         stored = {name: stored_bytes(data) for name, (data, _) in {**carried, **held}.items()}
-        replaces = sorted(self._packs_seen | {container for _, container in held.values() if is_pack_name(container)})
+        replaces = sorted(
+            self.held.packs_seen | {container for _, container in held.values() if is_pack_name(container)}
+        )
         name = str(pack_name(attempt, stored))
         listing = {
-            entry: {**self._listing[entry], "size": len(stored[entry]), "digest": stored_digest(stored[entry])}
+            entry: {**self.held.listing[entry], "size": len(stored[entry]), "digest": stored_digest(stored[entry])}
             for entry in held
-            if entry in self._listing
+            if entry in self.held.listing
         }
         data = encode_pack(
             stored, attempt=attempt, owner=self.owner, replaces=replaces, listing=listing, cipher=self.cipher
@@ -365,9 +214,9 @@ class StepStore:
         self._put(self._path(name), data, sync=True)  # it replaces objects: on disk before they go
         self.bytes_written += len(data)
         singles = sorted(entry for entry, (_, container) in held.items() if container == entry)
-        self._held.update({entry: (stored[entry], name) for entry in held})
-        self._unread = {entry: (data, name) for entry, (data, _) in carried.items()}
-        self._packs_seen, self._forgotten_singles = {name}, set()
+        self.held.entries.update({entry: (stored[entry], name) for entry in held})
+        self.held.unread = {entry: (data, name) for entry, (data, _) in carried.items()}
+        self.held.packs_seen, self.held.forgotten_singles = {name}, set()
         self._remove_objects([*replaces, *singles, *forgotten])
         return name
 
@@ -378,14 +227,14 @@ class StepStore:
         found = [item for _, item in survey.entries.values()] + [item for item, _ in survey.damaged]
         objects = {item.container for item in found if not item.in_pack}
         for name in names:
-            self._held.pop(name, None)
-            self._unread.pop(name, None)
+            self.held.entries.pop(name, None)
+            self.held.unread.pop(name, None)
         self._remove_objects([name for name in names if name in objects])
-        if self._packs_seen:  # an entry may be packed (also when its single copy was the one read)
+        if self.held.packs_seen:  # an entry may be packed (also when its single copy was the one read)
             attempt = max((entry.attempt for entry, _ in survey.entries.values()), default=0)
             if self.pack(attempt) is None:  # nothing left to pack: the packs go too
-                self._remove_objects(sorted(self._packs_seen))
-                self._packs_seen = set()
+                self._remove_objects(sorted(self.held.packs_seen))
+                self.held.packs_seen = set()
 
     def _remove_objects(self, names: Sequence[str]) -> None:
         """Delete ``names``: one by one in that order on local disks, in batched requests on object stores
@@ -403,7 +252,7 @@ class StepStore:
 
     def list_entries(self) -> dict[str, tuple[int, dt.datetime | None]]:
         """Entry name -> (bytes stored, last modified in UTC), from one listing of the prefix (no GET)."""
-        return self._rows(is_entry_name, directories=False)
+        return named_rows(self, is_entry_name, directories=False)
 
     def read_entries(self, names: list[str]) -> dict[str, bytes | BaseException]:
         """The bytes of ``names`` (fetched concurrently on object stores); an unreadable one maps to its error."""
@@ -434,21 +283,19 @@ class StepStore:
         self._put(self._path(name), data)
         self.bytes_written += len(data)
         self.objects_written += 1
-        self._held[name] = (data, name)
+        self.held.entries[name] = (data, name)
         if entry is not None:
-            self._listing[name] = entry.listing_fields()
+            self.held.listing[name] = entry.listing_fields()
         else:
-            self._listing.pop(name, None)
+            self.held.listing.pop(name, None)
 
     def _put(self, path: str, data: bytes, *, sync: bool = False) -> None:
+        """A PUT on object stores; on local disks a temporary file, then rename (``LocalFiles.write_atomically``),
+        with ``sync`` ``fsync``-ed too (a pack)."""
         if self.is_local:
-            self._put_local(path, data, sync=sync)
+            write_atomically(self.local_files, path, data, created=self.created_folders, sync=sync)
         else:
             self._request("pipe_file", path, data)
-
-    def _put_local(self, path: str, data: bytes, *, sync: bool = False) -> None:
-        """Temporary file, then rename (``LocalFiles.write_atomically``); ``sync``: ``fsync`` too (a pack)."""
-        write_atomically(self.local_files, path, data, created=self.created_folders, sync=sync)
 
     def write_note(self, name: str, data: bytes) -> None:
         """Write a small object beside the entries (``name`` starts with "."): never loaded as a step, not counted."""
@@ -458,7 +305,7 @@ class StepStore:
     def read_notes(self, prefix: str) -> dict[str, bytes]:
         """The notes whose names start with ``prefix`` (which starts with "."); an unreadable one is left out."""
         _check_note_name(prefix)
-        listing = self._fresh_listing(detail=False)
+        listing = self.fresh_listing(detail=False)
         if not listing:
             return {}
         names = [str(path).rsplit("/", 1)[-1] for path in listing]
@@ -478,7 +325,7 @@ class StepStore:
 
         A kill between the two leaves a packed copy, and a zombie try may pack one again: what must never be
         replayed is forgotten by a tombstone written first (``tombstone.py``), not by this alone."""
-        held = self._held.pop(name, None)
+        held = self.held.entries.pop(name, None)
         if held is not None and held[1] != name:
             self.drop([name])
             return
@@ -487,69 +334,20 @@ class StepStore:
     def count_entries(self) -> int:
         """How many entries the cache holds, from one listing (a pack's name says how many it holds)."""
         count = 0
-        for name in self._listing_rows():
+        for name in listing_rows(self):
             parsed = parse_pack_name(name)
             count += parsed.entries if parsed is not None else 1
         return count
 
     def clear(self, newest_first: Sequence[str] = ()) -> None:
-        """Delete the whole prefix (and, on local disks, the parent folders it leaves empty).
-
-        Packs go first, then the single entries (those named in ``newest_first`` in that order, then the
-        others), then ``RESULT_ENTRY``, then whatever is left (notes, temporary files). On local disks one
-        by one; on object stores in two batched requests (packs and steps, then the result entry with the
-        rest). A deletion cut short therefore leaves the result entry, or nothing that was not there before.
-        """
-        listed = {str(path).rsplit("/", 1)[-1] for path in self._fresh_listing(detail=False)}
-        ordered = sorted(name for name in listed if is_pack_name(name))
-        ordered += [name for name in newest_first if name in listed and name != RESULT_ENTRY]
-        known = set(ordered)
-        ordered += sorted(name for name in listed if is_entry_name(name) and name not in known and name != RESULT_ENTRY)
-        self._held, self._unread, self._packs_seen, self._forgotten_singles = {}, {}, set(), set()
-        self._listing = {}
-        if not self.is_local:
-            rest = sorted(listed - set(ordered) - {RESULT_ENTRY})
-            self._remove_objects(ordered)
-            self._remove_objects([RESULT_ENTRY, *rest] if RESULT_ENTRY in listed else rest)
-            return
-        if RESULT_ENTRY in listed:
-            ordered.append(RESULT_ENTRY)
-        self.refuse_links()
-        self._remove_objects(ordered)
-        # Then the notes and temporary files it wrote (names starting with "."), file by file: never a folder,
-        # never through a link (unlinking a link removes the link), never a name the store does not write.
-        self._remove_objects(sorted(name for name in listed - set(ordered) if _written_here(self._path(name))))
-        try:
-            os.rmdir(self.root)
-        except FileNotFoundError:
-            return
-        except OSError:  # something the store never wrote is left: it stays, and so does the folder
-            self.warn(f"Durable: kept {self.location}: it holds files the cache never wrote")
-            return
-        if self.is_local:
-            parent = os.path.dirname(self.root)
-            for _ in range(3):  # task_id, run_id, dag_id folders; never the configured base itself
-                try:
-                    os.rmdir(parent)
-                except OSError:
-                    break
-                parent = os.path.dirname(parent)
+        """Delete the whole prefix (and, on local disks, the parent folders it leaves empty): packs first, then
+        the single entries (``newest_first`` first, in that order), then ``RESULT_ENTRY``, then the rest. A
+        deletion cut short leaves the result entry, or nothing that was not there before (``deletion.py``)."""
+        deletion.clear(self, newest_first)
 
     def refuse_links(self) -> None:
-        """Before deleting on a local disk: the cache's folder and the three above it (task, run, dag; never the
-        configured base) must be real folders, so that no deletion follows a link out of the cache root (the whole
-        cache in ``clear``, steps from N on in ``CacheReader.delete_from``). Object stores have no links."""
-        if not self.is_local:
-            return
-        folder = self.root
-        for _ in range(4):
-            if os.path.islink(folder):
-                raise OutsideCacheBase(
-                    f"the durable cache folder {folder} is a symbolic link (to {os.readlink(folder)}), and deleting "
-                    "a cache never follows a link out of the cache root; nothing was deleted: remove the link (or "
-                    "replace it with the folder it points to), then delete the cache again"
-                )
-            folder = os.path.dirname(folder)
+        """Before deleting on a local disk: no deletion follows a link out of the cache root (``deletion.py``)."""
+        deletion.refuse_links(self)
 
     def remove_empty_folders(self) -> None:
         """Remove the local folders this store created that are still empty, innermost first.
