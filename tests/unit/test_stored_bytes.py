@@ -7,6 +7,7 @@ must keep replaying. The pins were taken from the code before that work; a chang
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -197,6 +198,44 @@ def test_stored_form_is_compact_json_in_field_order_with_a_checksum_over_sorted_
     assert list(body["components"]["tools"]) == ["b", "a"]
     ordered = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert checksum == hashlib.sha256(ordered.encode()).hexdigest()
+
+
+_MORE: dict[str, StepEntry] = {
+    "many small objects in order (more than one walk looks at)": dataclasses.replace(
+        ENTRIES["tool, sorted payload"],
+        payload={"outcome": "return", "value": [{"a": i, "b": [i]} for i in range(3000)]},
+    ),
+    "an object out of order deep down": dataclasses.replace(
+        ENTRIES["tool, sorted payload"], payload={"outcome": "return", "value": [[[{"b": 1, "a": _BIG}]]]}
+    ),
+    "keys that are not text": dataclasses.replace(
+        ENTRIES["tool, sorted payload"], payload={"outcome": "return", "value": {1: "one", 2: "two"}}
+    ),
+}
+
+
+@pytest.mark.parametrize("name", [*ENTRIES, *_MORE])
+def test_stored_bytes_are_the_format_in_words(name: str) -> None:
+    """json.dumps of the fields in their order, then the SHA-256 of json.dumps(sort_keys=True) of them."""
+    entry = ENTRIES.get(name) or _MORE[name]
+    body = {"format": "airflow-pydantic-ai/step", "version": 1, "owner": _OWNER}
+    body |= {key: getattr(entry, key) for key in ("kind", "key", "step", "attempt", "label", "components", "usage")}
+    body |= {key: getattr(entry, key) for key in ("call_id", "role", "recorded_at", "payload")}
+    body |= {key: getattr(entry, key) for key in ("scope", "recorded_with") if getattr(entry, key) is not None}
+    ordered = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    body["checksum"] = hashlib.sha256(ordered.encode("utf-8", "surrogatepass")).hexdigest()
+    try:
+        expected = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        expected = json.dumps(body, separators=(",", ":")).encode()
+    assert entry.to_bytes(owner=_OWNER) == expected
+
+
+def test_keys_that_do_not_sort_are_refused_as_before() -> None:
+    """A payload json cannot sort is not stored (the writer catches the TypeError and says why)."""
+    entry = dataclasses.replace(ENTRIES["tool, sorted payload"], payload={"value": {1: "one", "a": "two"}})
+    with pytest.raises(TypeError):
+        entry.to_bytes(owner=_OWNER)
 
 
 @pytest.mark.skipif(
