@@ -58,7 +58,8 @@ class ConversationScan:
         """The instructions (system prompt parts, then the last request's instructions) and the run's user prompt,
         masked."""
         self._advance(messages)
-        instructions = next((message.instructions or "" for message in reversed(messages) if _is_request(message)), "")
+        requests = (message for message in reversed(messages) if isinstance(message, ModelRequest))
+        instructions = next((request.instructions or "" for request in requests), "")
         texts = {"instructions": "\n".join([*self._system, instructions]).strip("\n"), "user_prompt": self._prompt}
         return {name: str(mask(text)) for name, text in texts.items()}
 
@@ -83,16 +84,12 @@ class ConversationScan:
             for part in message.parts:
                 if isinstance(part, CompactionPart):
                     self._compacted = True
-                elif not _is_request(message):
+                elif not isinstance(message, ModelRequest):
                     continue
                 elif isinstance(part, SystemPromptPart):
                     self._system.append(part.content)
                 elif isinstance(part, UserPromptPart):
                     self._prompt = _text(part.content)
-
-
-def _is_request(message: ModelMessage) -> bool:
-    return isinstance(message, ModelRequest)
 
 
 def request_texts(messages: Sequence[ModelMessage], mask: Callable[[str], str]) -> dict[str, str]:
