@@ -45,7 +45,7 @@ def model_step(
         place, run.attempt.entries, messages, run.divergence.recorded_at_step, agent=run.agent_for_replay()
     )
     step = ModelStep(run=run, place=place)
-    if any(compacted(message) for message in messages) and run.attempt.family.warn_once("compaction"):
+    if run.keys.compacted(messages) and run.attempt.family.warn_once("compaction"):
         run.attempt.log.warning(
             "Durable: the conversation before %s was compacted by a capability whose compaction request did not "
             "go through the run's model (a summarizer model of its own, or a hook before the capabilities' "

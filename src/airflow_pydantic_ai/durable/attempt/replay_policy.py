@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from airflow_pydantic_ai.durable.errors import ReplayMiss
 from airflow_pydantic_ai.durable.keys.divergence import another_release
 from airflow_pydantic_ai.durable.keys.fingerprint import changed_components
-from airflow_pydantic_ai.durable.keys.request_text import TEXT_LABELS, TEXTS_COMPONENT, request_texts, text_diff
+from airflow_pydantic_ai.durable.keys.request_text import TEXT_LABELS, TEXTS_COMPONENT, ConversationScan, text_diff
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class ReplayPolicy:
     agent: str = "the agent"
     """Which agent runs, for the miss message (``agent 'name'``, set when the run starts)."""
     _last_texts: dict[str, str] | None = field(default=None, repr=False)
+    _scan: ConversationScan = field(default_factory=ConversationScan, repr=False)
 
     @property
     def replaying(self) -> bool:
@@ -85,7 +86,7 @@ class ReplayPolicy:
         """Keep the request's texts (masked) in its components when they differ from the previous step's."""
         if place.key is None:
             return
-        texts = request_texts(messages, self.mask)
+        texts = self._scan.texts(messages, self.mask)
         if texts != self._last_texts:
             place.components[TEXTS_COMPONENT] = texts
             self._last_texts = texts
@@ -127,7 +128,7 @@ class ReplayPolicy:
             lines = [f"{head} does not match {self.source}, recorded{upgrade} (changed: {', '.join(changes)}). {_FIX}"]
         else:
             lines = [f"{head} does not match {self.source}; changed: {', '.join(changes)}. {_FIX}"]
-        current = request_texts(messages, self.mask)
+        current = self._scan.texts(messages, self.mask)
         before = _texts_until(recorded, place.number)
         for name in TEXT_LABELS:
             diff = text_diff(name, before, current)

@@ -43,10 +43,14 @@ def jsonable(value: Any) -> Any:
     return jsonable(converted)
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""What ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` builds on every call."""
+
+
 def canonical_json(value: Any) -> str:
     """Canonical JSON text: sorted keys, compact separators, UTF-8 kept as is."""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return _CANONICAL.encode(value)
     except (TypeError, ValueError) as error:
         raise FingerprintError(str(error)) from error
 

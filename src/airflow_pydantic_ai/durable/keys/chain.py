@@ -32,6 +32,7 @@ from airflow_pydantic_ai.durable.keys.fingerprint import (
     fingerprint_tool_call,
 )
 from airflow_pydantic_ai.durable.keys.releases import installed_release, nearest_known
+from airflow_pydantic_ai.durable.keys.request_text import ConversationScan
 from airflow_pydantic_ai.durable.keys.schemes import LEGACY, KeyScheme, candidates, recorded_with
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
@@ -139,6 +140,11 @@ class KeyChain:
     """A request could not be fingerprinted: nothing after it gets a key."""
     _occurrences: Counter[str] = field(default_factory=Counter)
     _failed_request: _FailedRequest | None = None
+    _scan: ConversationScan = field(default_factory=ConversationScan, repr=False)
+
+    def compacted(self, messages: Sequence[ModelMessage]) -> bool:
+        """Whether the conversation holds a compaction (walking only the messages new since the last step)."""
+        return self._scan.compacted(messages)
 
     def use_release_0_1_0_keys(self) -> None:
         """Key model steps as release 0.1.0 did (its caches keep response timestamps in the digest)."""

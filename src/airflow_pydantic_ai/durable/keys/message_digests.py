@@ -98,27 +98,48 @@ def _digest_message(
         ]
     else:
         parts = [strip(part, _VOLATILE_PART_FIELDS) for part in data.get("parts", [])]
-    data["parts"] = parts
-    system: list[Any] = []
-    user_prompt: list[Any] = []
-    other_parts: list[Any] = []
-    for original, part in zip(message.parts, parts, strict=True):
+    # Each part and each field is written as canonical JSON once; the texts digested (the whole message, its
+    # system prompt, user prompt and other parts) are joined from those pieces, byte for byte what canonical_json
+    # of each would give: a large tool return is serialised once, not twice.
+    part_texts = [canonical_json(part) for part in parts]
+    system: list[str] = []
+    user_prompt: list[str] = []
+    other_parts: list[str] = []
+    for original, text in zip(message.parts, part_texts, strict=True):
         if isinstance(original, SystemPromptPart):
-            system.append(part)
+            system.append(text)
         elif isinstance(original, UserPromptPart):
-            user_prompt.append(part)
+            user_prompt.append(text)
         else:
-            other_parts.append(part)
-    other = {key: value for key, value in data.items() if key not in ("parts", "instructions")}
-    other["parts"] = other_parts
+            other_parts.append(text)
+    fields = {key: canonical_json(value) for key, value in data.items() if key != "parts"}
+    instructions = fields.pop("instructions", None)
+    other = digest(_object_text({**fields, "parts": _list_text(other_parts)}))
+    if instructions is None and len(other_parts) == len(part_texts):
+        full = other  # a response, or a request of tool returns without instructions: the message is its other
+    else:
+        whole = {**fields, "parts": _list_text(part_texts)}
+        if instructions is not None:
+            whole["instructions"] = instructions
+        full = digest(_object_text(whole))
     return _MessageDigest(
-        full=digest(canonical_json(data)),
+        full=full,
         request_run_id=run_id if isinstance(run_id, str) and isinstance(message, ModelRequest) else None,
-        system=digest(canonical_json(system)) if system else "",
-        instructions=digest(canonical_json(data.get("instructions"))),
-        user_prompt=digest(canonical_json(user_prompt)),
-        other=digest(canonical_json(other)),
+        system=digest(_list_text(system)) if system else "",
+        instructions=digest(canonical_json(None) if instructions is None else instructions),
+        user_prompt=digest(_list_text(user_prompt)),
+        other=other,
     )
+
+
+def _list_text(items: list[str]) -> str:
+    """The canonical JSON of a list whose items' canonical JSON is ``items``."""
+    return f"[{','.join(items)}]"
+
+
+def _object_text(fields: dict[str, str]) -> str:
+    """The canonical JSON of an object whose values' canonical JSON is ``fields`` (keys sorted, as json sorts them)."""
+    return "{" + ",".join(f"{canonical_json(key)}:{fields[key]}" for key in sorted(fields)) + "}"
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,14 @@ cut to :data:`DIFF_LINES` lines. No I/O.
 from __future__ import annotations
 
 import difflib
+import operator
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, SystemPromptPart, UserPromptPart
+from pydantic_ai.messages import CompactionPart, ModelMessage, ModelRequest, SystemPromptPart, UserPromptPart
 
-__all__ = ["DIFF_LINES", "TEXTS_COMPONENT", "TEXT_LABELS", "request_texts", "text_diff"]
+__all__ = ["DIFF_LINES", "TEXTS_COMPONENT", "TEXT_LABELS", "ConversationScan", "request_texts", "text_diff"]
 
 TEXTS_COMPONENT = "texts"
 """The key under which a model entry's ``components`` carry the texts (never part of a fingerprint)."""
@@ -34,22 +36,65 @@ def _text(content: Any) -> str:
     return f"<{type(content).__name__}>"
 
 
+_PARTS = operator.attrgetter("parts")
+
+
+@dataclass
+class ConversationScan:
+    """What a step reads from the whole conversation (its system prompts, its last user prompt, whether it holds a
+    compaction), kept over the conversation's growing prefix: a step walks only the messages new since the last.
+
+    A message is known by its identity and that of its ``parts`` list, as in ``MessageDigests``: a conversation
+    that is not the last one extended (history rewritten by a processor, compacted) is walked again from its start.
+    """
+
+    _messages: list[ModelMessage] = field(default_factory=list)
+    _parts: list[Any] = field(default_factory=list)
+    _system: list[str] = field(default_factory=list)
+    _prompt: str = ""
+    _compacted: bool = False
+
+    def texts(self, messages: Sequence[ModelMessage], mask: Callable[[str], str]) -> dict[str, str]:
+        """The instructions (system prompt parts, then the last request's instructions) and the run's user prompt,
+        masked."""
+        self._advance(messages)
+        requests = (message for message in reversed(messages) if isinstance(message, ModelRequest))
+        instructions = next((request.instructions or "" for request in requests), "")
+        texts = {"instructions": "\n".join([*self._system, instructions]).strip("\n"), "user_prompt": self._prompt}
+        return {name: str(mask(text)) for name, text in texts.items()}
+
+    def compacted(self, messages: Sequence[ModelMessage]) -> bool:
+        """Whether a message holds a compaction (a summary or a provider's compaction item that replaced the
+        history before it)."""
+        self._advance(messages)
+        return self._compacted
+
+    def _advance(self, messages: Sequence[ModelMessage]) -> None:
+        seen = len(self._messages)
+        if not (
+            len(messages) >= seen
+            and all(map(operator.is_, messages, self._messages))
+            and all(map(operator.is_, map(_PARTS, messages), self._parts))
+        ):
+            self._messages, self._parts, self._system, self._prompt, self._compacted = [], [], [], "", False
+            seen = 0
+        for message in messages[seen:]:
+            self._messages.append(message)
+            self._parts.append(message.parts)
+            for part in message.parts:
+                if isinstance(part, CompactionPart):
+                    self._compacted = True
+                elif not isinstance(message, ModelRequest):
+                    continue
+                elif isinstance(part, SystemPromptPart):
+                    self._system.append(part.content)
+                elif isinstance(part, UserPromptPart):
+                    self._prompt = _text(part.content)
+
+
 def request_texts(messages: Sequence[ModelMessage], mask: Callable[[str], str]) -> dict[str, str]:
     """The instructions (system prompt parts, then the last request's instructions) and the run's user prompt."""
-    system: list[str] = []
-    prompt = ""
-    instructions = ""
-    for message in messages:
-        if not isinstance(message, ModelRequest):
-            continue
-        for part in message.parts:
-            if isinstance(part, SystemPromptPart):
-                system.append(part.content)
-            elif isinstance(part, UserPromptPart):
-                prompt = _text(part.content)
-        instructions = message.instructions or ""
-    texts = {"instructions": "\n".join([*system, instructions]).strip("\n"), "user_prompt": prompt}
-    return {name: str(mask(text)) for name, text in texts.items()}
+    return ConversationScan().texts(messages, mask)
 
 
 def text_diff(name: str, recorded: Mapping[str, str], current: Mapping[str, str]) -> str:

@@ -177,9 +177,70 @@ def _checked_format(body: Any) -> dict[str, Any]:
     return body
 
 
+_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_AS_IS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _checksum(body: dict[str, Any]) -> str:
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return _checksum_of(_SORTED.encode(body))
+
+
+def _checksum_of(sorted_text: str) -> str:
+    return hashlib.sha256(sorted_text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _in_sorted_order(value: Any, budget: int = 2000) -> bool:
+    """Whether every object in ``value`` has its keys in sorted order (then its JSON is the same sorted or not).
+
+    False when unsure: keys that do not compare, or more than ``budget`` items to look at (a walk in Python
+    costs more than serialising many small items in C): the caller then serialises the value sorted too."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            budget -= len(item) + 1
+            keys = list(item)
+            try:
+                if budget < 0 or keys != sorted(keys):
+                    return False
+            except TypeError:
+                return False
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            budget -= len(item) + 1
+            if budget < 0:
+                return False
+            pending.extend(item)
+    return True
+
+
+def _sealed_text(body: dict[str, Any]) -> str | None:
+    """The stored text of ``body`` (which holds a ``payload``) with its checksum last, serialising the payload once:
+    None when its objects are not all in sorted order (then its sorted JSON, which the checksum is taken over,
+    differs from the JSON stored, and the caller serialises it twice).
+
+    The text is what ``json.dumps`` gives for ``body`` plus the checksum (compact separators, UTF-8 kept), the
+    checksum the SHA-256 of ``json.dumps(body, sort_keys=True)``: both joined from the payload's text and the
+    small fields around it, each serialised by the same encoder."""
+    payload = body["payload"]
+    if not _in_sorted_order(payload):
+        return None
+    payload_text = _AS_IS.encode(payload)
+    before = {key: value for key, value in body.items() if key < "payload"}
+    after = {key: value for key, value in body.items() if key > "payload"}
+    checksum = _checksum_of(_joined(_SORTED.encode(before), payload_text, _SORTED.encode(after)))
+    names = list(body)
+    at = names.index("payload")
+    stored_before = {key: body[key] for key in names[:at]}
+    stored_after = {**{key: body[key] for key in names[at + 1 :]}, "checksum": checksum}
+    return _joined(_AS_IS.encode(stored_before), payload_text, _AS_IS.encode(stored_after))
+
+
+def _joined(before: str, payload_text: str, after: str) -> str:
+    """The JSON object of the fields of ``before``, then ``payload``, then the fields of ``after`` (both objects'
+    JSON texts)."""
+    fields = [text[1:-1] for text in (before, f'{{"payload":{payload_text}}}', after) if text != "{}"]
+    return "{" + ",".join(fields) + "}"
 
 
 def _json_bytes(body: dict[str, Any]) -> bytes:
@@ -274,10 +335,17 @@ class StepEntry:
             body["scope"] = self.scope
         if self.recorded_with is not None:
             body["recorded_with"] = self.recorded_with
-        # Two serialisations: the checksum is taken over the keys in sorted order, but the stored form keeps
-        # the payload's own order (a replayed dict, or a model rebuilt from it, must keep its key order).
-        body["checksum"] = _checksum(body)
-        data = _json_bytes(body)
+        # The checksum is taken over the keys in sorted order, but the stored form keeps the payload's own order
+        # (a replayed dict, or a model rebuilt from it, must keep its key order): a payload whose objects are in
+        # sorted order already is serialised once for both (_sealed_text).
+        text = _sealed_text(body)
+        try:
+            data = b"" if text is None else text.encode()
+        except UnicodeEncodeError:  # lone surrogates: _json_bytes writes them as ASCII escapes
+            data = b""
+        if not data:
+            body["checksum"] = _checksum(body)
+            data = _json_bytes(body)
         if cipher is None:
             return data
         envelope = {"format": ENTRY_FORMAT, "version": SCHEMA_VERSION, "encrypted": cipher.encrypt(data).decode()}
