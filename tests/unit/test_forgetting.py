@@ -19,7 +19,8 @@ from tests.helpers.forgetting import PROMPT, Killed, Script, answering_agent
 
 from airflow_pydantic_ai.durable import run_agent
 from airflow_pydantic_ai.durable.storage.catalog import list_caches
-from airflow_pydantic_ai.durable.storage.entry import StepEntry, is_pack_name
+from airflow_pydantic_ai.durable.storage.entry import StepEntry
+from airflow_pydantic_ai.durable.storage.pack_names import is_pack_name
 from airflow_pydantic_ai.durable.storage.reader import CacheReader
 from airflow_pydantic_ai.durable.storage.store import StepStore
 from airflow_pydantic_ai.durable.storage.tombstone import Mark, forgotten_by, tombstone

@@ -21,8 +21,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.durable import DurableHarness, local_store, task_identity
 
-from airflow_pydantic_ai.durable.storage.entry import is_pack_name
 from airflow_pydantic_ai.durable.storage.pack import decode_pack, encode_pack
+from airflow_pydantic_ai.durable.storage.pack_names import is_pack_name
 from airflow_pydantic_ai.durable.storage.reader import CacheReader
 from airflow_pydantic_ai.durable.storage.stored import stored_bytes
 

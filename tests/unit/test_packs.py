@@ -20,8 +20,9 @@ from tests.helpers.damage import FETCHES, PROMPT, build_agent, expected_output
 from tests.helpers.durable import DurableHarness, task_identity
 
 from airflow_pydantic_ai.durable.storage.catalog import list_caches
-from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY, StepEntry, is_pack_name, parse_pack_name
+from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY, StepEntry
 from airflow_pydantic_ai.durable.storage.pack import decode_pack
+from airflow_pydantic_ai.durable.storage.pack_names import is_pack_name, parse_pack_name
 from airflow_pydantic_ai.durable.storage.reader import CacheReader
 
 IDENTITY = task_identity("pack_dag", "agent")

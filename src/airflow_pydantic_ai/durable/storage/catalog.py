@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from airflow_pydantic_ai.durable.storage.entry import entry_kind, parse_pack_name
+from airflow_pydantic_ai.durable.storage.entry import entry_kind
 from airflow_pydantic_ai.durable.storage.identity import Region, TaskIdentity, id_segment, is_shortened, parse_place
+from airflow_pydantic_ai.durable.storage.pack_names import parse_pack_name
 from airflow_pydantic_ai.durable.storage.store import StepStore, modified_time
 
 __all__ = ["CacheSummary", "list_caches"]

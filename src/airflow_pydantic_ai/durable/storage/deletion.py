@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from airflow_pydantic_ai.durable.errors import OutsideCacheBase
-from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY, is_entry_name, is_pack_name
+from airflow_pydantic_ai.durable.storage.entry import RESULT_ENTRY, is_entry_name
+from airflow_pydantic_ai.durable.storage.pack_names import is_pack_name
 from airflow_pydantic_ai.durable.storage.surveying import Holdings
 
 if TYPE_CHECKING:

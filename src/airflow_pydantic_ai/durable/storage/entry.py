@@ -5,7 +5,7 @@ belongs to), the step's metadata, its ``payload`` and a SHA-256 ``checksum`` ove
 encryption on, the whole object is sealed in an envelope (``{"format", "version", "encrypted"}``) by
 an authenticated cipher (Airflow's Fernet). Entry names are ``{kind}-{key}.json``: :func:`entry_name`
 is the one place they are made. A try that ends packs the entries it saw into one object (``pack.py``);
-the names of packs (:func:`pack_name`) are made and recognised here too, so every naming rule is in one room.
+the names of packs are made and recognised in ``pack_names.py``.
 
 Guarantees: reading never trusts an entry that is torn, garbled, edited, of another release's
 schema, sealed with another key, or written for another task instance: each is a
@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,7 +33,6 @@ __all__ = [
     "TOP_PARENT",
     "Cipher",
     "CorruptEntry",
-    "PackName",
     "SealedEntry",
     "StepEntry",
     "StepKind",
@@ -44,9 +40,6 @@ __all__ = [
     "entry_kind",
     "entry_name",
     "is_entry_name",
-    "is_pack_name",
-    "pack_name",
-    "parse_pack_name",
 ]
 
 ENTRY_FORMAT = "airflow-pydantic-ai/step"
@@ -89,55 +82,6 @@ def is_entry_name(name: str) -> bool:
 
 TOP_PARENT = "top"
 """The ``parent`` in the scope of an agent run started at the attempt's top level after its first run."""
-
-
-_PACK_NAME = re.compile(r"pack-(\d{5,})-([0-9a-f]{12})-m(\d+)-t(\d+)-n(\d+)\.pack")
-
-
-@dataclass(frozen=True)
-class PackName:
-    """What the name of a pack says: the try that wrote it and how many entries of each kind it holds.
-
-    The counts are in the name so that a listing alone (``cache list``, ``cache gc``) can count the steps
-    of a packed cache without reading it.
-    """
-
-    attempt: int
-    nonce: str
-    """Random: two tries packing at once (a zombie and its successor) never write the same object."""
-    model: int
-    tool: int
-    entries: int
-    """Every entry, the recorded output and decisions included."""
-
-    def __str__(self) -> str:
-        return f"pack-{self.attempt:05d}-{self.nonce}-m{self.model}-t{self.tool}-n{self.entries}.pack"
-
-
-def pack_name(attempt: int, names: Iterable[str]) -> PackName:
-    """A fresh name for a pack of the entries ``names`` written by try ``attempt``."""
-    kinds = [name.split("-", 1)[0] for name in names]
-    return PackName(
-        attempt=attempt,
-        nonce=uuid.uuid4().hex[:12],
-        model=kinds.count("model"),
-        tool=kinds.count("tool"),
-        entries=len(kinds),
-    )
-
-
-def parse_pack_name(name: str) -> PackName | None:
-    """The parts of a pack's name; None when ``name`` is not a pack's."""
-    match = _PACK_NAME.fullmatch(name)
-    if match is None:
-        return None
-    attempt, nonce, model, tool, entries = match.groups()
-    return PackName(int(attempt), nonce, int(model), int(tool), int(entries))
-
-
-def is_pack_name(name: str) -> bool:
-    """Packs are ``pack-{try}-{nonce}-m{model}-t{tool}-n{entries}.pack`` (see :class:`PackName`)."""
-    return parse_pack_name(name) is not None
 
 
 RESULT_KEY = "output"

@@ -5,7 +5,7 @@ A pack is one JSON object. Its header comes first: ``format`` and ``version`` (t
 nothing it does not hold, or only what was removed on purpose), ``names`` (the entries it holds),
 a ``listing`` (below; older packs have none) and a SHA-256 ``checksum`` over those fields. Then ``entries``:
 each entry's stored form exactly as it was stored singly (an encrypted entry stays sealed), by name. The
-names of packs are made in ``entry.py`` (:func:`~airflow_pydantic_ai.durable.storage.entry.pack_name`), the
+names of packs are made in ``pack_names.py`` (:func:`~airflow_pydantic_ai.durable.storage.pack_names.pack_name`), the
 I/O is ``store.py``'s.
 
 The ``listing`` holds, for each step the pack holds, what a cache's listing shows and numbers it by (its

@@ -43,13 +43,11 @@ from airflow_pydantic_ai.durable.storage.entry import (
     Cipher,
     StepEntry,
     is_entry_name,
-    is_pack_name,
-    pack_name,
-    parse_pack_name,
 )
 from airflow_pydantic_ai.durable.storage.identity import TaskIdentity
 from airflow_pydantic_ai.durable.storage.local_files import LocalFiles, write_atomically
 from airflow_pydantic_ai.durable.storage.pack import encode_pack
+from airflow_pydantic_ai.durable.storage.pack_names import is_pack_name, pack_name, parse_pack_name
 from airflow_pydantic_ai.durable.storage.stored import (
     LoadedCache,
     StoredEntry,

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry, is_entry_name, is_pack_name
+from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry, is_entry_name
+from airflow_pydantic_ai.durable.storage.pack_names import is_pack_name
 
 __all__ = [
     "LoadedCache",

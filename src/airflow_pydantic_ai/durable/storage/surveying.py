@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry, is_entry_name, is_pack_name
+from airflow_pydantic_ai.durable.storage.entry import CorruptEntry, StepEntry, is_entry_name
 from airflow_pydantic_ai.durable.storage.pack import Pack, decode_pack
+from airflow_pydantic_ai.durable.storage.pack_names import is_pack_name
 from airflow_pydantic_ai.durable.storage.stored import (
     StoredEntry,
     Survey,
