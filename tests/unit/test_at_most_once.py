@@ -421,7 +421,7 @@ def test_a_start_mark_kept_from_an_earlier_run_does_not_make_the_new_runs_cache_
 def test_an_answer_it_happened_never_gives_the_model_none() -> None:
     # Issue 35 item 4: a result, or the explicit "result unknown" whose text the model reads.
     from airflow_pydantic_ai.durable.side_effects import StartedCall
-    from airflow_pydantic_ai.durable.side_effects.once import NO_RESULT
+    from airflow_pydantic_ai.durable.side_effects.records import NO_RESULT
     from airflow_pydantic_ai.durable.steps.outcome import decode_outcome
 
     started = StartedCall("charge_card", "c1", {"amount": 42}, 1, 1.5)

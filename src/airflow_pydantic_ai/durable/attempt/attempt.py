@@ -41,7 +41,7 @@ from airflow_pydantic_ai.durable.reporting.report import DurableReport
 from airflow_pydantic_ai.durable.reporting.stats import AttemptStats, TaskLogger, empty_summary
 from airflow_pydantic_ai.durable.reporting.telemetry import StepTelemetry
 from airflow_pydantic_ai.durable.side_effects.doubt import CallLedger
-from airflow_pydantic_ai.durable.side_effects.once import CallInDoubt, Resolution, resolution_entry
+from airflow_pydantic_ai.durable.side_effects.records import CallInDoubt, Resolution, resolution_entry
 from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.reader import CacheReader

@@ -26,7 +26,7 @@ from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.keys.chain import Fingerprinter
 from airflow_pydantic_ai.durable.keys.divergence import Divergence
 from airflow_pydantic_ai.durable.reporting.budget import Spent
-from airflow_pydantic_ai.durable.side_effects.once import OutcomeRules
+from airflow_pydantic_ai.durable.side_effects.unknown_outcome import OutcomeRules
 from airflow_pydantic_ai.durable.storage.entry import StepEntry
 from airflow_pydantic_ai.durable.storage.numbering import StepNumbers
 from airflow_pydantic_ai.durable.wording import plural

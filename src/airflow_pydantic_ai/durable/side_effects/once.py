@@ -33,12 +33,9 @@ from typing import TYPE_CHECKING, Any, Final
 from airflow_pydantic_ai.durable.errors import DurableStorageError
 from airflow_pydantic_ai.durable.side_effects.doubt import CallHint, CallLedger, asking_answer
 from airflow_pydantic_ai.durable.side_effects.records import (
-    NO_RESULT,
     STARTED,
     CallInDoubt,
-    Resolution,
     StartedCall,
-    resolution_entry,
 )
 from airflow_pydantic_ai.durable.side_effects.tool_policy import TOOL_CONFIG_KEY, CallGuard, ToolPolicy, tool_config
 from airflow_pydantic_ai.durable.side_effects.unknown_outcome import (
@@ -57,20 +54,13 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.attempt.attempt import Attempt
     from airflow_pydantic_ai.durable.steps.tool_step import ToolStep
 
-# Re-exported: NO_RESULT, CallInDoubt, OutcomeRules, Resolution and resolution_entry are still imported from here by
-# attempt/run.py, attempt/opening.py and tests (their homes are records.py and unknown_outcome.py).
 __all__ = [
     "AT_MOST_ONCE",
-    "NO_RESULT",
-    "CallInDoubt",
     "OnceGuard",
-    "OutcomeRules",
-    "Resolution",
     "at_most_once",
     "forget_mark",
     "is_at_most_once",
     "mark_start",
-    "resolution_entry",
 ]
 
 _CUT_OFF: Final = "its start is recorded, so a retry does not run it again but does what on_unknown_outcome says"
