@@ -12,8 +12,10 @@ from pydantic_ai.models import CompletedStreamedResponse, ModelRequestParameters
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
+from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.attempt.lookup import compacted
 from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
+from airflow_pydantic_ai.durable.steps.pending_step import PendingRequest, RequestPending, pending_job
 
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
@@ -43,6 +45,22 @@ class CachingModel(WrapperModel):
         """The run's Responses chain (the capability keeps one per run: it makes a wrapper per request)."""
         self.served = 0
         """Requests this wrapper saw: one made for a step's request, a compaction's request comes before it."""
+        self.pending: PendingRequest | None = None
+        """The step whose request the provider works on (a batch, a background response): its checks are no steps."""
+
+    def _with_serving_wrapper(self, wrap: Any) -> Any:
+        # pydantic-ai 2.78 applies the capabilities' model wrappers here, around this model. BatchModelRequests'
+        # wrapper sends requests through the batch API's methods, which pass through this model unseen: the
+        # recording goes outside it instead, so the submission (a suspended response with the batch's ticket) and
+        # the result are what this model sees (steps/pending_step.py).
+        served = wrap(self)
+        batched = _pydantic_ai.batched_model(served)
+        if batched is None or batched.wrapped is not self:
+            return served
+        batched.wrapped = self.wrapped
+        outside = CachingModel(batched, self.run, self.chain)
+        outside.served = self.served
+        return outside
 
     def recording_run(self) -> DurableRun:
         """The run each request is a step of (``ctx.model`` in a tool binds its own on the first request)."""
@@ -65,7 +83,24 @@ class CachingModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        step = self._model_step(messages, model_settings, model_request_parameters)
+        waits_on = pending_job(messages[-1]) if messages else None
+        if waits_on is not None and self.pending is not None:
+            # pydantic-ai checks on the request this wrapper submitted (or picked up): a check, not a step.
+            return await self._check(messages, model_settings, model_request_parameters)
+        asked = messages[:-1] if waits_on is not None else messages
+        step = self._model_step(asked, model_settings, model_request_parameters)
+        if step.replayed is None:
+            resumed = PendingRequest.resumed(step, defer=self.run.family.defer_pending)
+            if resumed is not None:
+                # An earlier try submitted it: check on that batch or background response instead of submitting.
+                self.pending, recorded = resumed
+                return await self._check([*asked, recorded], model_settings, model_request_parameters)
+            if waits_on is not None:
+                # The history ends in a request a run submitted before (PendingModelResponse): its ticket now.
+                self.pending = PendingRequest.submitted(
+                    step, messages[-1], self.wrapped.model_name, defer=self.run.family.defer_pending
+                )
+                return await self._check(messages, model_settings, model_request_parameters)
 
         async def live() -> ModelResponse:
             try:
@@ -77,9 +112,40 @@ class CachingModel(WrapperModel):
             response = await self.wrapped.request(resend, model_settings, model_request_parameters)
             return self.chain.digested(self.wrapped, messages, model_settings, model_request_parameters, response)
 
-        response = await step.replay_or_run(live)
+        response = await step.replay_or_run(live, pending=lambda answer: pending_job(answer) is not None)
         if response is step.replayed:
             return self.chain.replayed(self.wrapped, messages, model_settings, model_request_parameters, response)
+        if pending_job(response) is not None:
+            # Submitted: the ticket is recorded before pydantic-ai waits (a later try picks up the same job).
+            self.pending = PendingRequest.submitted(
+                step, response, self.wrapped.model_name, defer=self.run.family.defer_pending
+            )
+            self.pending.stop_if_deferred()
+        return response
+
+    async def _check(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        """One check of the pending request (``messages`` end in its suspended response): still pending (a
+        resubmission is recorded), or its result, recorded as the step's response."""
+        pending = self.pending
+        assert pending is not None
+        try:
+            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        except RequestPending:
+            raise
+        except BaseException as error:
+            pending.step.record_failure(error)
+            raise
+        if pending_job(response) is not None:
+            pending.checked(response)
+            pending.stop_if_deferred()
+            return response
+        self.pending = None
+        pending.collected(response)
         return response
 
     async def compact_messages(self, request_context: Any, *, instructions: str | None = None) -> ModelResponse:

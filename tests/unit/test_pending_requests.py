@@ -1,0 +1,136 @@
+"""Issue 38: a batched model request is a step. Its submission (the suspended response with the batch's ticket) is
+recorded before the wait; a later try picks up the same batch instead of submitting again; checks are no steps;
+the result is the step's response, replayed like any other. pydantic-ai's in-memory batch API (``FunctionModel``)
+stands for the provider's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.compat import requires_pydantic_ai
+from tests.helpers.durable import DurableHarness, stored_entries, tool_returns
+
+from airflow_pydantic_ai.durable import PendingTicket, RequestPending
+from airflow_pydantic_ai.durable.steps.pending_step import check_pending
+
+pytestmark = requires_pydantic_ai("2.78", "BatchModelRequests")
+
+
+class CountingBatches(FunctionModel):
+    """A FunctionModel whose in-memory batch API counts the batches created (``batches``); ``hold`` keeps a
+    created batch ``in_progress`` for that many status checks (the provider still working)."""
+
+    def __init__(self, function: Any, hold: int = 0) -> None:
+        super().__init__(function)
+        self.batches = 0
+        self.hold = hold
+        self.checks = Counter[str]()
+
+    async def batch_create(self, requests: Any) -> Any:
+        self.batches += 1
+        return await super().batch_create(requests)
+
+    async def batch_status(self, batch: Any) -> Any:
+        from dataclasses import replace
+
+        ended = await super().batch_status(batch)
+        self.checks[batch.id] += 1
+        if self.checks[batch.id] <= self.hold:
+            return replace(ended, status="in_progress")
+        return ended
+
+
+def _answers(calls: Counter[str]) -> Any:
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls["model"] += 1
+        if not tool_returns(messages):
+            return ModelResponse(parts=[ToolCallPart("lookup", {"q": "x"}, "a")])
+        return ModelResponse(parts=[TextPart(f"done: {tool_returns(messages)[0].content}")])
+
+    return answer
+
+
+def _batching() -> Any:
+    from pydantic_ai.capabilities import BatchModelRequests
+
+    return BatchModelRequests(max_wait=timedelta(milliseconds=1), poll_interval=timedelta(milliseconds=1))
+
+
+def _agent(model: CountingBatches, calls: Counter[str]) -> Agent[None, str]:
+    agent = Agent(model, name="nightly", capabilities=[_batching()])
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        calls["lookup"] += 1
+        return f"found {q}"
+
+    return agent
+
+
+def test_a_batched_run_records_each_request_and_a_retry_replays_without_a_batch(tmp_path: Any) -> None:
+    calls: Counter[str] = Counter()
+    model = CountingBatches(_answers(calls))
+    harness = DurableHarness(str(tmp_path))
+    result, _, log = harness.run(_agent(model, calls), "go")
+    assert result.output == "done: found x"
+    assert model.batches == 2
+    names = sorted(stored_entries(harness.root))
+    assert sum(name.startswith("model-") for name in names) == 2, names
+    assert sum(name.startswith("pending-") for name in names) == 2, names
+    assert "live: 2 model requests" in log.summary() or "2 model" in log.summary(), log.summary()
+
+    result, _, log = harness.run(_agent(model, calls), "go")
+    assert result.output == "done: found x"
+    assert model.batches == 2  # nothing submitted again
+    assert calls["lookup"] == 1
+    assert "replayed 3" in log.summary(), log.summary()
+
+
+def test_with_defer_pending_the_run_stops_after_the_submission_and_the_next_try_collects_the_same_batch(
+    tmp_path: Any,
+) -> None:
+    calls: Counter[str] = Counter()
+    model = CountingBatches(_answers(calls), hold=1)
+    harness = DurableHarness(str(tmp_path))
+    run, log = harness.open(defer_pending=True)
+    with pytest.raises(RequestPending) as stopped:
+        with run.ending(waits=lambda error: isinstance(error, RequestPending)):
+            from airflow_pydantic_ai.durable import run_agent
+
+            run_agent(run, _agent(model, calls), "go")
+    assert model.batches == 1
+    (ticket,) = stopped.value.tickets
+    assert ticket.kind == "batch" and ticket.job_id.startswith("batch_")
+    again = PendingTicket.from_payload(ticket.to_payload())
+    assert again == ticket
+    assert asyncio.run(check_pending(model, again)).state == "pending"  # the provider still works on it
+    assert asyncio.run(again.check(model)).state == "ready"
+
+    run, log = harness.open(defer_pending=True)
+    with pytest.raises(RequestPending) as stopped:
+        with run.ending(waits=lambda error: isinstance(error, RequestPending)):
+            from airflow_pydantic_ai.durable import run_agent
+
+            run_agent(run, _agent(model, calls), "go")
+    assert any("picking up batch " + ticket.job_id in line for line in log.texts), log.texts
+    assert model.batches == 2  # the first batch collected, the second request submitted
+    assert calls["lookup"] == 1
+    (second,) = stopped.value.tickets
+    assert second.job_id != ticket.job_id and second.step == 3
+    assert asyncio.run(second.check(model)).state == "pending"
+
+    run, log = harness.open(defer_pending=True)
+    from airflow_pydantic_ai.durable import run_agent
+
+    with run.ending(waits=lambda error: isinstance(error, RequestPending)):
+        result = run_agent(run, _agent(model, calls), "go")
+    assert result.output == "done: found x"
+    assert model.batches == 2
+    assert calls["lookup"] == 1
