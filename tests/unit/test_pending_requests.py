@@ -134,3 +134,71 @@ def test_with_defer_pending_the_run_stops_after_the_submission_and_the_next_try_
     assert result.output == "done: found x"
     assert model.batches == 2
     assert calls["lookup"] == 1
+
+
+class Killed(BaseException):
+    """Stands for a SIGKILL at a kill point (the try ends there, with no ``ending``: its entries stay single)."""
+
+
+POINTS = ["before-submission", "after-submission", "during-wait", "during-download", "after-result"]
+
+
+class KilledAt(CountingBatches):
+    """``CountingBatches`` that dies once at ``point`` of the first request (the in-process kill table; the real
+    one, with the provider SDKs and SIGKILL, is ``tests/system/test_batch_kills.py``)."""
+
+    def __init__(self, function: Any, point: str) -> None:
+        super().__init__(function, hold=1)
+        self.point = point
+
+    def die(self, point: str) -> None:
+        if self.point == point:
+            self.point = ""
+            raise Killed(point)
+
+    async def batch_status(self, batch: Any) -> Any:
+        self.die("during-wait")
+        return await super().batch_status(batch)
+
+    async def batch_results(self, batch: Any) -> Any:
+        self.die("during-download")
+        return await super().batch_results(batch)
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_try_killed_at_any_point_of_a_batched_request_submits_each_request_once_over_all_tries(
+    tmp_path: Any, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_pydantic_ai.durable.steps import model_step, pending_step
+
+    calls: Counter[str] = Counter()
+    model = KilledAt(_answers(calls), point)
+    submitted = pending_step.PendingRequest.submitted.__func__  # type: ignore[attr-defined]
+    record = model_step.ModelStep.record
+    before_live = model_step.ModelStep.before_live
+
+    def killed_before_live(self: Any) -> None:
+        model.die("before-submission")  # the request is about to be sent (a pool task submits it: die here)
+        before_live(self)
+
+    def submitted_then_killed(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        pending = submitted(cls, *args, **kwargs)
+        model.die("after-submission")
+        return pending
+
+    def recorded_then_killed(self: Any, *args: Any, **kwargs: Any) -> None:
+        record(self, *args, **kwargs)
+        model.die("after-result")
+
+    monkeypatch.setattr(pending_step.PendingRequest, "submitted", classmethod(submitted_then_killed))
+    monkeypatch.setattr(model_step.ModelStep, "record", recorded_then_killed)
+    monkeypatch.setattr(model_step.ModelStep, "before_live", killed_before_live)
+    harness = DurableHarness(str(tmp_path))
+    with pytest.raises(Killed):
+        harness.run(_agent(model, calls), "go", killed=True)
+    result, _, log = harness.run(_agent(model, calls), "go")
+    assert result.output == "done: found x"
+    assert model.batches == 2, log.texts  # one batch per model request, over both tries
+    assert calls["lookup"] == 1
+    picked_up = any("picking up batch" in line for line in log.texts)
+    assert picked_up == (point in ("after-submission", "during-wait", "during-download")), log.texts
