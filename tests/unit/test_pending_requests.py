@@ -63,8 +63,8 @@ def _batching() -> Any:
     return BatchModelRequests(max_wait=timedelta(milliseconds=1), poll_interval=timedelta(milliseconds=1))
 
 
-def _agent(model: CountingBatches, calls: Counter[str]) -> Agent[None, str]:
-    agent = Agent(model, name="nightly", capabilities=[_batching()])
+def _agent(model: CountingBatches, calls: Counter[str], *capabilities: Any) -> Agent[None, str]:
+    agent = Agent(model, name="nightly", capabilities=[*capabilities, _batching()])
 
     @agent.tool_plain
     def lookup(q: str) -> str:
@@ -76,15 +76,16 @@ def _agent(model: CountingBatches, calls: Counter[str]) -> Agent[None, str]:
 
 def test_a_batched_run_records_each_request_and_a_retry_replays_without_a_batch(tmp_path: Any) -> None:
     calls: Counter[str] = Counter()
-    model = CountingBatches(_answers(calls))
+    model = CountingBatches(_answers(calls), hold=3)
     harness = DurableHarness(str(tmp_path))
     result, _, log = harness.run(_agent(model, calls), "go")
     assert result.output == "done: found x"
     assert model.batches == 2
+    assert sum(model.checks.values()) == 8  # checks of each batch until it ended: none is a step
     names = sorted(stored_entries(harness.root))
     assert sum(name.startswith("model-") for name in names) == 2, names
     assert sum(name.startswith("pending-") for name in names) == 2, names
-    assert "live: 2 model requests" in log.summary() or "2 model" in log.summary(), log.summary()
+    assert "executed 3 new steps (2 model, 1 tool)" in log.summary(), log.summary()
 
     result, _, log = harness.run(_agent(model, calls), "go")
     assert result.output == "done: found x"
@@ -202,3 +203,66 @@ def test_a_try_killed_at_any_point_of_a_batched_request_submits_each_request_onc
     assert calls["lookup"] == 1
     picked_up = any("picking up batch" in line for line in log.texts)
     assert picked_up == (point in ("after-submission", "during-wait", "during-download")), log.texts
+
+
+def test_a_streamed_batched_run_is_recorded_as_the_plain_one_is(tmp_path: Any) -> None:
+    from airflow_pydantic_ai.durable import DurableCapability
+    from airflow_pydantic_ai.durable.attempt.nesting import attempt_scope
+
+    calls: Counter[str] = Counter()
+    model = CountingBatches(_answers(calls), hold=2)
+    harness = DurableHarness(str(tmp_path))
+    agent = _agent(model, calls, DurableCapability())
+
+    async def streamed() -> str:
+        async with agent.run_stream("go") as stream:
+            return await stream.get_output()
+
+    for _ in range(2):
+        run, log = harness.open()
+        with run.ending(), attempt_scope(run, root_claims=True):
+            assert asyncio.run(streamed()) == "done: found x"
+    names = sorted(stored_entries(harness.root))
+    assert [name.split("-")[0] for name in names].count("model") == 2, names
+    assert model.batches == 2 and calls["lookup"] == 1
+    assert "replayed 3 cached steps" in log.summary(), log.summary()
+
+
+class Expiring(CountingBatches):
+    """Every batch expires without running its requests; the second batch's first status check is a kill."""
+
+    def __init__(self, function: Any) -> None:
+        super().__init__(function)
+        self.kill_on_check_of = 2
+
+    async def batch_status(self, batch: Any) -> Any:
+        if self.batches == self.kill_on_check_of:
+            self.kill_on_check_of = 0
+            raise Killed("during the wait for the resubmitted batch")
+        return await super().batch_status(batch)
+
+    async def batch_results(self, batch: Any) -> Any:
+        from pydantic_ai.models.batch import BatchResult
+
+        return [BatchResult(custom_id=result.custom_id, status="expired") for result in await super().batch_results(batch)]
+
+
+def test_pydantic_ais_resubmissions_count_across_tries(tmp_path: Any) -> None:
+    from pydantic_ai.capabilities import BatchModelRequests
+    from pydantic_ai.exceptions import ModelAPIError
+
+    calls: Counter[str] = Counter()
+    model = Expiring(_answers(calls))
+    harness = DurableHarness(str(tmp_path))
+    batching = BatchModelRequests(
+        max_wait=timedelta(milliseconds=1), poll_interval=timedelta(milliseconds=1), max_resubmissions=1
+    )
+    agent = Agent(model, name="nightly", capabilities=[batching])
+    with pytest.raises(Killed):
+        harness.run(agent, "go", killed=True)
+    assert model.batches == 2  # the first batch expired, pydantic-ai submitted the request again
+    assert any("submitted again by pydantic-ai (1 of its resubmissions)" in line for line in harness.logs[-1].texts)
+    with pytest.raises(ModelAPIError, match="expired"):
+        harness.run(agent, "go")
+    assert model.batches == 2  # the retry waited for the resubmitted batch, and max_resubmissions=1 was used up
+    assert any("picking up batch" in line and "submitted again 1x" in line for line in harness.logs[-1].texts)

@@ -183,6 +183,14 @@ class CachingModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
+        if _pydantic_ai.batched_model(self.wrapped) is not None or (messages and pending_job(messages[-1])):
+            # A batch result, or a check of a pending request, arrives at once: asked as ``request`` asks it, then
+            # streamed as one event per part (as pydantic-ai's BatchedModel streams a batch result).
+            response = await self.request(messages, model_settings, model_request_parameters)
+            yield CompletedStreamedResponse(
+                response, model_request_parameters=model_request_parameters, replay_events=True
+            )
+            return
         step = self._model_step(messages, model_settings, model_request_parameters)
         # A stream is a context, not one awaitable: the two halves of ModelStep.replay_or_run, around it.
         replayed = step.take_replay()
@@ -210,5 +218,12 @@ class CachingModel(WrapperModel):
         except BaseException as error:
             step.record_failure(error)
             raise
+        if pending_job(stream.get()) is not None:
+            # A streamed background response the provider goes on with: its ticket, recorded before the wait.
+            self.pending = PendingRequest.submitted(
+                step, stream.get(), self.wrapped.model_name, defer=self.run.family.defer_pending
+            )
+            self.pending.stop_if_deferred()
+            return
         # A stream the consumer left before its end holds part of an answer: never replay that.
         step.record(stream.get(), complete=stream.get().state in _REPLAYABLE_STATES)
