@@ -266,3 +266,34 @@ def test_pydantic_ais_resubmissions_count_across_tries(tmp_path: Any) -> None:
         harness.run(agent, "go")
     assert model.batches == 2  # the retry waited for the resubmitted batch, and max_resubmissions=1 was used up
     assert any("picking up batch" in line and "submitted again 1x" in line for line in harness.logs[-1].texts)
+
+
+def test_the_summary_counts_a_batched_request_with_its_batch_price_and_what_it_saved(tmp_path: Any) -> None:
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    def priced(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(
+            parts=[TextPart("ok")],
+            usage=RequestUsage(input_tokens=1_000_000, output_tokens=0),
+            model_name="claude-sonnet-4-5",
+            provider_name="anthropic",
+        )
+
+    class Priced(CountingBatches):
+        def batch_decode(self, result: Any, request: Any) -> ModelResponse:
+            response = super().batch_decode(result, request)
+            # As pydantic-ai's provider codecs mark a batch result (``_batch_codec``): genai-prices' batch rate.
+            response.provider_details = {**(response.provider_details or {}), "processing": "batch"}
+            response.model_name, response.provider_name = "claude-sonnet-4-5", "anthropic"  # a priced model
+            return response
+
+    model = Priced(priced)
+    assert isinstance(model, FunctionModel)
+    harness = DurableHarness(str(tmp_path))
+    result, run, log = harness.run(Agent(model, capabilities=[_batching()]), "go")
+    line = next(text for text in log.at("info") if text.startswith("Durable: try 1"))
+    # genai-prices' data for claude-sonnet-4-5: $6.00 for a million input tokens, half of it in a batch.
+    assert "live: 1 model request (1 batched, the batch price saved ~$3.00), 1,000,000 tokens" in line, line
+    assert line.endswith("0 output), ~$3.00; the full report is the XCom durable_report"), line
+    assert run.report().to_json()["batched"] == {"requests": 1, "saved_usd": 3.0, "without_batch_price": 0}

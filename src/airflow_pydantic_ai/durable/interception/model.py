@@ -15,6 +15,7 @@ from pydantic_ai.settings import ModelSettings
 from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.attempt.lookup import compacted
 from airflow_pydantic_ai.durable.interception.response_chain import ResponseChain
+from airflow_pydantic_ai.durable.reporting.cost import batch_saving
 from airflow_pydantic_ai.durable.steps.pending_step import PendingRequest, RequestPending, pending_job
 
 if TYPE_CHECKING:
@@ -146,6 +147,8 @@ class CachingModel(WrapperModel):
             return response
         self.pending = None
         pending.collected(response)
+        if pending.ticket.kind == "batch":  # counted as a model request above; here what its batch price saved
+            self.run.stats.accounting.live.add_batched(batch_saving(response))
         return response
 
     async def compact_messages(self, request_context: Any, *, instructions: str | None = None) -> ModelResponse:
