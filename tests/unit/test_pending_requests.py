@@ -34,8 +34,11 @@ class CountingBatches(FunctionModel):
         self.checks = Counter[str]()
 
     async def batch_create(self, requests: Any) -> Any:
+        from dataclasses import replace
+
         self.batches += 1
-        return await super().batch_create(requests)
+        created = await super().batch_create(requests)
+        return replace(created, status="in_progress") if self.hold else created
 
     async def batch_status(self, batch: Any) -> Any:
         from dataclasses import replace
@@ -297,3 +300,40 @@ def test_the_summary_counts_a_batched_request_with_its_batch_price_and_what_it_s
     assert "live: 1 model request (1 batched, the batch price saved ~$3.00), 1,000,000 tokens" in line, line
     assert line.endswith("0 output), ~$3.00; the full report is the XCom durable_report"), line
     assert run.report().to_json()["batched"] == {"requests": 1, "saved_usd": 3.0, "without_batch_price": 0}
+
+
+def test_cache_show_lists_a_pending_request_then_collected(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from tests.helpers.durable import task_identity
+
+    from airflow_pydantic_ai.cli import cache_command
+    from airflow_pydantic_ai.durable import run_agent
+
+    calls: Counter[str] = Counter()
+    model = CountingBatches(_answers(calls), hold=5)
+    harness = DurableHarness(str(tmp_path))
+    run, _ = harness.open(defer_pending=True)
+    with pytest.raises(RequestPending) as stopped:
+        with run.ending(waits=lambda error: isinstance(error, RequestPending)):
+            run_agent(run, _agent(model, calls), "go")
+    (ticket,) = stopped.value.tickets
+    identity = task_identity()
+    monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
+    args = argparse.Namespace(
+        dag_id=identity.dag_id, run_id=identity.run_id, task_id=identity.task_id, map_index=-1,
+        step=None, full=False, raw=False, calls=False, output="plain",
+    )  # fmt: skip
+    cache_command.cache_show(args)
+    shown = capsys.readouterr().out
+    assert "Requests submitted to the provider (1):" in shown, shown
+    assert f"step 1: batch {ticket.job_id} (function function:answer:), submitted " in shown, shown
+    assert shown.rstrip().endswith("in_progress"), shown
+
+    model.hold = 0
+    harness.run(_agent(model, calls), "go")
+    cache_command.cache_show(args)
+    shown = capsys.readouterr().out
+    assert f"batch {ticket.job_id} (function function:answer:)" in shown and "collected" in shown, shown
