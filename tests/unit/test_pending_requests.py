@@ -77,6 +77,17 @@ def _agent(model: CountingBatches, calls: Counter[str], *capabilities: Any) -> A
     return agent
 
 
+def _deferred(harness: DurableHarness, agent: Agent[None, str]) -> list[PendingTicket]:
+    """One try with ``defer_pending``: it stops with ``RequestPending`` (a try that waits, not one that failed)."""
+    from airflow_pydantic_ai.durable import run_agent
+
+    run, _ = harness.open(defer_pending=True)
+    with pytest.raises(RequestPending) as stopped, run.ending(waits=lambda error: isinstance(error, RequestPending)):
+        run_agent(run, agent, "go")
+    assert run.outcome == "waiting"
+    return stopped.value.tickets
+
+
 def test_a_batched_run_records_each_request_and_a_retry_replays_without_a_batch(tmp_path: Any) -> None:
     calls: Counter[str] = Counter()
     model = CountingBatches(_answers(calls), hold=3)
@@ -103,38 +114,22 @@ def test_with_defer_pending_the_run_stops_after_the_submission_and_the_next_try_
     calls: Counter[str] = Counter()
     model = CountingBatches(_answers(calls), hold=1)
     harness = DurableHarness(str(tmp_path))
-    run, log = harness.open(defer_pending=True)
-    with pytest.raises(RequestPending) as stopped:
-        with run.ending(waits=lambda error: isinstance(error, RequestPending)):
-            from airflow_pydantic_ai.durable import run_agent
-
-            run_agent(run, _agent(model, calls), "go")
+    (ticket,) = _deferred(harness, _agent(model, calls))
     assert model.batches == 1
-    (ticket,) = stopped.value.tickets
     assert ticket.kind == "batch" and ticket.job_id.startswith("batch_")
     again = PendingTicket.from_payload(ticket.to_payload())
     assert again == ticket
     assert asyncio.run(check_pending(model, again)).state == "pending"  # the provider still works on it
     assert asyncio.run(again.check(model)).state == "ready"
 
-    run, log = harness.open(defer_pending=True)
-    with pytest.raises(RequestPending) as stopped:
-        with run.ending(waits=lambda error: isinstance(error, RequestPending)):
-            from airflow_pydantic_ai.durable import run_agent
-
-            run_agent(run, _agent(model, calls), "go")
-    assert any("picking up batch " + ticket.job_id in line for line in log.texts), log.texts
+    (second,) = _deferred(harness, _agent(model, calls))
+    assert any("picking up batch " + ticket.job_id in line for line in harness.logs[-1].texts)
     assert model.batches == 2  # the first batch collected, the second request submitted
     assert calls["lookup"] == 1
-    (second,) = stopped.value.tickets
     assert second.job_id != ticket.job_id and second.step == 3
     assert asyncio.run(second.check(model)).state == "pending"
 
-    run, log = harness.open(defer_pending=True)
-    from airflow_pydantic_ai.durable import run_agent
-
-    with run.ending(waits=lambda error: isinstance(error, RequestPending)):
-        result = run_agent(run, _agent(model, calls), "go")
+    result, _, _ = harness.run(_agent(model, calls), "go", run_options={"defer_pending": True})
     assert result.output == "done: found x"
     assert model.batches == 2
     assert calls["lookup"] == 1
@@ -247,7 +242,8 @@ class Expiring(CountingBatches):
     async def batch_results(self, batch: Any) -> Any:
         from pydantic_ai.models.batch import BatchResult
 
-        return [BatchResult(custom_id=result.custom_id, status="expired") for result in await super().batch_results(batch)]
+        results = await super().batch_results(batch)
+        return [BatchResult(custom_id=result.custom_id, status="expired") for result in results]
 
 
 def test_pydantic_ais_resubmissions_count_across_tries(tmp_path: Any) -> None:
@@ -294,7 +290,7 @@ def test_the_summary_counts_a_batched_request_with_its_batch_price_and_what_it_s
     model = Priced(priced)
     assert isinstance(model, FunctionModel)
     harness = DurableHarness(str(tmp_path))
-    result, run, log = harness.run(Agent(model, capabilities=[_batching()]), "go")
+    _, run, log = harness.run(Agent(model, capabilities=[_batching()]), "go")
     line = next(text for text in log.at("info") if text.startswith("Durable: try 1"))
     # genai-prices' data for claude-sonnet-4-5: $6.00 for a million input tokens, half of it in a batch.
     assert "live: 1 model request (1 batched, the batch price saved ~$3.00), 1,000,000 tokens" in line, line
@@ -310,16 +306,11 @@ def test_cache_show_lists_a_pending_request_then_collected(
     from tests.helpers.durable import task_identity
 
     from airflow_pydantic_ai.cli import cache_command
-    from airflow_pydantic_ai.durable import run_agent
 
     calls: Counter[str] = Counter()
     model = CountingBatches(_answers(calls), hold=5)
     harness = DurableHarness(str(tmp_path))
-    run, _ = harness.open(defer_pending=True)
-    with pytest.raises(RequestPending) as stopped:
-        with run.ending(waits=lambda error: isinstance(error, RequestPending)):
-            run_agent(run, _agent(model, calls), "go")
-    (ticket,) = stopped.value.tickets
+    (ticket,) = _deferred(harness, _agent(model, calls))
     identity = task_identity()
     monkeypatch.setenv("AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH", f"file://{tmp_path}")
     args = argparse.Namespace(

@@ -25,8 +25,8 @@ __all__ = [
     "durable_operation_names",
     "failed_output_validator",
     "mark_run_suspended",
-    "pending_job",
     "output_validators",
+    "pending_job",
     "tool_function",
     "with_history_digest_after",
 ]

@@ -96,10 +96,10 @@ class CachingModel(WrapperModel):
                 # An earlier try submitted it: check on that batch or background response instead of submitting.
                 self.pending, recorded = resumed
                 return await self._check([*asked, recorded], model_settings, model_request_parameters)
-            if waits_on is not None:
+            if waits_on is not None and isinstance(submitted := messages[-1], ModelResponse):
                 # The history ends in a request a run submitted before (PendingModelResponse): its ticket now.
                 self.pending = PendingRequest.submitted(
-                    step, messages[-1], self.wrapped.model_name, defer=self.run.family.defer_pending
+                    step, submitted, self.wrapped.model_name, defer=self.run.family.defer_pending
                 )
                 return await self._check(messages, model_settings, model_request_parameters)
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic_ai.messages import ModelResponse
 
@@ -62,7 +62,7 @@ PendingState = Literal["pending", "ready", "failed"]
 """What a check found: still running; the result can be collected (or the provider ended the job: a resumed try
 collects it, or resubmits as pydantic-ai would); the job can never give a result (``why`` says what happened)."""
 
-_PENDING = "pending"
+_PENDING: Final = "pending"
 
 
 def pending_job(response: Any) -> tuple[PendingKind, str] | None:
@@ -118,7 +118,7 @@ class PendingTicket:
             provider=response.provider_name or "",
             model_name=model_name,
             job_id=job_id,
-            submitted_at=submitted_at or datetime.now(timezone.utc),
+            submitted_at=submitted_at or datetime.now(UTC),
             status=status,
             step=step,
             key=key,
@@ -167,7 +167,7 @@ class PendingTicket:
     def describe(self) -> str:
         """How the log names it: ``batch batch_abc of openai:gpt-5 (step 2, submitted 2026-12-06 23:10 UTC,
         in_progress)``."""
-        submitted = self.submitted_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        submitted = self.submitted_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         again = f", submitted again {self.resubmissions}x" if self.resubmissions else ""
         return (
             f"{self.kind} {self.job_id} of {self.provider}:{self.model_name} "
@@ -288,9 +288,7 @@ class PendingRequest:
     @classmethod
     def submitted(cls, step: ModelStep, response: ModelResponse, model_name: str, *, defer: bool) -> PendingRequest:
         """``response`` is the submission of ``step``'s request: record its ticket now, before any wait."""
-        ticket = PendingTicket.of(
-            response, model_name=model_name, step=step.listed_number(), key=step.key or ""
-        )
+        ticket = PendingTicket.of(response, model_name=model_name, step=step.listed_number(), key=step.key or "")
         pending = cls(step, ticket, defer)
         pending._record(f"the submission of {step.shown()}")
         step.run.log.info("Durable: %s was submitted: %s", step.shown(), ticket.describe())
@@ -308,7 +306,7 @@ class PendingRequest:
             model_name=self.ticket.model_name,
             step=self.ticket.step,
             key=self.ticket.key,
-            submitted_at=datetime.now(timezone.utc) if submitted_again else self.ticket.submitted_at,
+            submitted_at=datetime.now(UTC) if submitted_again else self.ticket.submitted_at,
         )
         self.ticket = ticket
         if submitted_again:
@@ -345,4 +343,3 @@ class PendingRequest:
             scope=step.run.entry_scope,
         )
         step.run.record(entry, what)
-
