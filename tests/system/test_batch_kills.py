@@ -1,0 +1,95 @@
+"""Kill table for a batched model step (issue 38), like ``test_side_effect_kills.py`` for at-most-once tools.
+
+Each trial runs a durable agent with pydantic-ai's ``BatchModelRequests`` on the real ``openai`` and ``anthropic``
+SDKs against the local batch servers (``tests/helpers/batch_servers.py``, in this process), one try per child
+process (``python -m tests.helpers.batch_try``). The agent makes two model requests (a tool call, then the answer),
+so two batches when nothing is submitted twice. Try 1 is SIGKILLed at one point of the first request:
+
+- ``before-submission``: the request is about to be submitted (nothing is at the provider);
+- ``after-submission``: the batch exists and its ticket is recorded (a ``pending`` entry);
+- ``during-wait``: pydantic-ai checks on the batch, which the provider still works on;
+- ``during-download``: the batch ended and its result file is downloading (the server holds the download);
+- ``after-result``: the model step's response is recorded.
+
+Try 2 runs to the end in a new process. Over both tries the server counts the batches created: one per request
+at every point (the retry picks up the same batch), and the tool's side effect happens once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai.capabilities.batch_model_requests", reason="pydantic-ai 2.78: BatchModelRequests")
+from tests.helpers.batch_wire import Turn  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+POINTS = ["before-submission", "after-submission", "during-wait", "during-download", "after-result"]
+PICKS_UP = {"after-submission", "during-wait", "during-download"}
+"""Where try 2 finds the first request's batch recorded and waits for it instead of submitting again."""
+
+
+def _scripted(body: dict[str, Any]) -> Turn:
+    """A tool call first; once the request carries the tool's result (either provider's spelling), the answer."""
+    text = json.dumps(body)
+    if "function_call_output" in text or "tool_result" in text:
+        return Turn(text="found it")
+    return Turn(tool_calls=[("lookup", {"q": "x"})])
+
+
+def _try(job: dict[str, Any], *, kill_when: Any = None, server: Any = None) -> tuple[int, dict[str, Any] | None]:
+    """One try in a process of its own: its exit code (-9 when killed) and its result (None when killed)."""
+    result = Path(job["result"])
+    result.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-m", "tests.helpers.batch_try", json.dumps(job)], cwd=REPO, env=env)
+    if kill_when is not None:
+        server.wait_for(kill_when, timeout=60)
+        child.send_signal(signal.SIGKILL)
+    code = child.wait(timeout=120)
+    return code, (json.loads(result.read_text()) if result.exists() else None)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("point", POINTS)
+def test_a_try_killed_anywhere_in_a_batched_request_submits_each_request_once(
+    tmp_path: Path, request: pytest.FixtureRequest, provider: str, point: str
+) -> None:
+    server = request.getfixturevalue(f"{provider}_batch_server")
+    server.answer = _scripted
+    server.knobs.polls_until_end = 2  # the first check finds the batch in progress: a wait
+    base_url = server.base_url
+    job = {
+        "provider": provider,
+        "base_url": base_url,
+        "base": str(tmp_path / "cache"),
+        "marker": str(tmp_path / "marker"),
+        "result": str(tmp_path / "result.json"),
+    }
+    if point == "during-download":
+        server.hold_results()
+        code, _ = _try({**job, "attempt": 1}, kill_when=lambda counters: counters.downloads_started >= 1, server=server)
+        server.release_results()
+    else:
+        code, _ = _try({**job, "attempt": 1, "kill_at": point})
+    assert code == -signal.SIGKILL
+    first = server.counters.batches_created
+    assert first == (0 if point == "before-submission" else 1)
+
+    code, result = _try({**job, "attempt": 2})
+    assert code == 0 and result is not None, result
+    assert result["error"] is None, result
+    assert result["output"] == "found it"
+    assert server.counters.batches_created == 2, server.counters.snapshot()  # one per request, over both tries
+    assert Path(job["marker"]).read_text().splitlines() == ["tool 2"]  # the side effect once
+    picked_up = [line for line in result["log"] if "picking up batch" in line]
+    assert bool(picked_up) == (point in PICKS_UP), result["log"]
+    if point == "after-result":
+        assert any("step 1: model" in line and "replayed" in line for line in result["log"]), result["log"]
