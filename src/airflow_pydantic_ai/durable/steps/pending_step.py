@@ -36,6 +36,7 @@ from pydantic_ai.messages import ModelResponse
 
 from airflow_pydantic_ai.durable import _pydantic_ai
 from airflow_pydantic_ai.durable.encoding.codec import decode_response, encode_response
+from airflow_pydantic_ai.durable.errors import DurableError
 from airflow_pydantic_ai.durable.storage.entry import StepEntry, entry_name
 
 if TYPE_CHECKING:
@@ -190,13 +191,12 @@ class PendingStatus:
     """For ``failed``: what happened (expired past resubmission, cancelled, no longer kept by the provider)."""
 
 
-class RequestPending(BaseException):
+class RequestPending(DurableError):
     """Internal signal: the run stops while the provider works on submitted requests (``defer_pending``).
 
-    Raised out of ``run_agent`` once each request's submission is recorded. A ``BaseException`` like a
-    cancellation, so that no ``except Exception`` in a tool or a capability takes it for a failure, and marked for
-    pydantic-ai as suspending a durable run, so pydantic-ai leaves the batch or background response running for the
-    try that continues it. The Airflow side defers the task until :meth:`PendingTicket.check` says ``ready`` or
+    Raised out of ``run_agent`` once each request's submission is recorded, like ``AskAboutOutcome`` (a
+    ``DurableError``, as every error the package raises on purpose), and marked for pydantic-ai as suspending a
+    durable run, so pydantic-ai leaves the batch or background response running for the try that continues it. The Airflow side defers the task until :meth:`PendingTicket.check` says ``ready`` or
     ``failed``, then runs the task again: that try replays the recorded steps and collects the result.
     """
 
