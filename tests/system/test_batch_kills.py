@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("pydantic_ai.capabilities.batch_model_requests", reason="pydantic-ai 2.78: BatchModelRequests")
-from tests.helpers.batch_wire import Turn  # noqa: E402
+from tests.helpers.batch_wire import Turn
 
 REPO = Path(__file__).resolve().parents[2]
 POINTS = ["before-submission", "after-submission", "during-wait", "during-download", "after-result"]

@@ -196,8 +196,9 @@ class RequestPending(DurableError):
 
     Raised out of ``run_agent`` once each request's submission is recorded, like ``AskAboutOutcome`` (a
     ``DurableError``, as every error the package raises on purpose), and marked for pydantic-ai as suspending a
-    durable run, so pydantic-ai leaves the batch or background response running for the try that continues it. The Airflow side defers the task until :meth:`PendingTicket.check` says ``ready`` or
-    ``failed``, then runs the task again: that try replays the recorded steps and collects the result.
+    durable run, so pydantic-ai leaves the batch or background response running for the try that continues it.
+    The Airflow side defers the task until :meth:`PendingTicket.check` says ``ready`` or ``failed``, then runs the
+    task again: that try replays the recorded steps and collects the result.
     """
 
     def __init__(self, tickets: list[PendingTicket]) -> None:
