@@ -328,3 +328,24 @@ def test_cache_show_lists_a_pending_request_then_collected(
     cache_command.cache_show(args)
     shown = capsys.readouterr().out
     assert f"batch {ticket.job_id} (function function:answer:)" in shown and "collected" in shown, shown
+
+
+def test_a_batch_the_provider_no_longer_has_is_submitted_again_by_the_retry(tmp_path: Any) -> None:
+    from pydantic_ai.exceptions import ModelHTTPError
+
+    calls: Counter[str] = Counter()
+    model = CountingBatches(_answers(calls), hold=5)
+    harness = DurableHarness(str(tmp_path))
+    (ticket,) = _deferred(harness, _agent(model, calls))
+
+    class Forgetting(CountingBatches):
+        async def batch_status(self, batch: Any) -> Any:
+            if batch.id == ticket.job_id:  # past the provider's retention: a 404, as pydantic-ai reads it
+                raise ModelHTTPError(status_code=404, model_name=self.model_name, body={"error": "not found"})
+            return await super().batch_status(batch)
+
+    later = Forgetting(_answers(calls))
+    result, _, log = harness.run(_agent(later, calls), "go")
+    assert result.output == "done: found x"
+    assert later.batches == 2  # the forgotten request submitted again, then the second one
+    assert any(f"the provider no longer has batch {ticket.job_id}" in line for line in log.at("warning")), log.texts

@@ -24,6 +24,7 @@ __all__ = [
     "current_run_context",
     "durable_operation_names",
     "failed_output_validator",
+    "job_gone",
     "mark_run_suspended",
     "output_validators",
     "pending_job",
@@ -255,3 +256,12 @@ def mark_run_suspended(error: BaseException) -> None:
     except ImportError:
         return
     mark(error)
+
+
+def job_gone(error: BaseException) -> bool:
+    """Whether ``error`` says the provider no longer has a batch or background response (past its retention, or
+    never in this project): pydantic-ai's ``SuspendedResponseExpired`` (2.78)."""
+    from pydantic_ai import exceptions
+
+    gone = getattr(exceptions, "SuspendedResponseExpired", None)
+    return gone is not None and isinstance(error, gone)

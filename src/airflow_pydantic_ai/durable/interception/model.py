@@ -95,7 +95,19 @@ class CachingModel(WrapperModel):
             if resumed is not None:
                 # An earlier try submitted it: check on that batch or background response instead of submitting.
                 self.pending, recorded = resumed
-                return await self._check([*asked, recorded], model_settings, model_request_parameters)
+                try:
+                    return await self._check([*asked, recorded], model_settings, model_request_parameters)
+                except Exception as error:
+                    if waits_on is not None or not _pydantic_ai.job_gone(error):
+                        raise
+                    # Gone from the provider (past its retention): submitted again, as pydantic-ai would have to.
+                    step.run.log.warning(
+                        "Durable: %s: the provider no longer has %s (%s); the request is submitted again",
+                        step.shown(),
+                        self.pending.ticket.describe(),
+                        error,
+                    )
+                    self.pending = None
             if waits_on is not None and isinstance(submitted := messages[-1], ModelResponse):
                 # The history ends in a request a run submitted before (PendingModelResponse): its ticket now.
                 self.pending = PendingRequest.submitted(
@@ -139,7 +151,8 @@ class CachingModel(WrapperModel):
         except RequestPending:
             raise
         except BaseException as error:
-            pending.step.record_failure(error)
+            if not (pending.resumed and _pydantic_ai.job_gone(error)):  # a job gone is submitted again (request)
+                pending.step.record_failure(error)
             raise
         if pending_job(response) is not None:
             pending.checked(response)
