@@ -151,7 +151,7 @@ class CachingModel(WrapperModel):
         except RequestPending:
             raise
         except BaseException as error:
-            if not (pending.resumed and _pydantic_ai.job_gone(error)):  # a job gone is submitted again (request)
+            if not (pending.picked_up and _pydantic_ai.job_gone(error)):  # a job gone is submitted again (request)
                 pending.step.record_failure(error)
             raise
         if pending_job(response) is not None:

@@ -257,7 +257,7 @@ class PendingRequest:
     defer: bool
     """``AttemptOptions.defer_pending``: stop the run with :class:`RequestPending` while it is pending."""
     submitted_at: float = field(default_factory=time.time)
-    resumed: bool = False
+    picked_up: bool = False
     """Picked up from an earlier try's entry (not submitted by this try)."""
 
     @property
@@ -279,7 +279,7 @@ class PendingRequest:
         except Exception as error:
             step.run.entry_unusable(entry, error, f"{step.shown()} is submitted again")
             return None
-        pending = cls(step, ticket, defer, entry.recorded_at or time.time(), resumed=True)
+        pending = cls(step, ticket, defer, entry.recorded_at or time.time(), picked_up=True)
         step.run.log.info(
             "Durable: %s: picking up %s, submitted by try %d (not submitted again)",
             step.shown(),
