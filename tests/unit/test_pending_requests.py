@@ -349,3 +349,20 @@ def test_a_batch_the_provider_no_longer_has_is_submitted_again_by_the_retry(tmp_
     assert result.output == "done: found x"
     assert later.batches == 2  # the forgotten request submitted again, then the second one
     assert any(f"the provider no longer has batch {ticket.job_id}" in line for line in log.at("warning")), log.texts
+
+
+def test_the_view_lists_the_requests_submitted_to_the_provider(tmp_path: Any) -> None:
+    from airflow_pydantic_ai.durable import CacheReader
+    from airflow_pydantic_ai.ui.pages import TaskRef, ViewData, view_page
+
+    calls: Counter[str] = Counter()
+    model = CountingBatches(_answers(calls), hold=5)
+    harness = DurableHarness(str(tmp_path))
+    (ticket,) = _deferred(harness, _agent(model, calls))
+    reader = CacheReader(harness.store())
+    task = TaskRef("dag", "run", "task", -1, "/pydantic-ai/cache")
+    data = ViewData(task, "deferred", 1, "AgentOperator", "file:///x", True, reader.steps())
+    data.pending = [row.line() for row in reader.pending_requests()]
+    page = view_page(data, "/static")
+    assert "Requests submitted to the provider (1)" in page
+    assert f"step 1: batch {ticket.job_id} (function function:answer:), submitted " in page
