@@ -40,6 +40,10 @@ class CountingBatches(FunctionModel):
         created = await super().batch_create(requests)
         return replace(created, status="in_progress") if self.hold else created
 
+    async def batch_cancel(self, batch: Any) -> Any:
+        self.checks["cancelled"] += 1
+        return await super().batch_cancel(batch)
+
     async def batch_status(self, batch: Any) -> Any:
         from dataclasses import replace
 
@@ -95,7 +99,7 @@ def test_a_batched_run_records_each_request_and_a_retry_replays_without_a_batch(
     result, _, log = harness.run(_agent(model, calls), "go")
     assert result.output == "done: found x"
     assert model.batches == 2
-    assert sum(model.checks.values()) == 8  # checks of each batch until it ended: none is a step
+    assert model.checks.total() == 8  # checks of each batch until it ended: none is a step
     names = sorted(stored_entries(harness.root))
     assert sum(name.startswith("model-") for name in names) == 2, names
     assert sum(name.startswith("pending-") for name in names) == 2, names
@@ -116,6 +120,7 @@ def test_with_defer_pending_the_run_stops_after_the_submission_and_the_next_try_
     harness = DurableHarness(str(tmp_path))
     (ticket,) = _deferred(harness, _agent(model, calls))
     assert model.batches == 1
+    assert model.checks["cancelled"] == 0  # pydantic-ai leaves the batch running for the next try
     assert ticket.kind == "batch" and ticket.job_id.startswith("batch_")
     again = PendingTicket.from_payload(ticket.to_payload())
     assert again == ticket
@@ -127,6 +132,7 @@ def test_with_defer_pending_the_run_stops_after_the_submission_and_the_next_try_
     assert model.batches == 2  # the first batch collected, the second request submitted
     assert calls["lookup"] == 1
     assert second.job_id != ticket.job_id and second.step == 3
+    assert model.checks["cancelled"] == 0  # deferred after a check too: still running
     assert asyncio.run(second.check(model)).state == "pending"
 
     result, _, _ = harness.run(_agent(model, calls), "go", run_options={"defer_pending": True})
