@@ -15,6 +15,8 @@ side effect), and asks the model again: two model requests, so two batches when 
 - ``during-wait``: pydantic-ai checks the batch's status (the batch is in progress);
 - ``after-result``: the first model step's response is recorded (``ModelStep.record`` returned).
 
+``job["background"]``: OpenAI's background mode (``openai_background=True``) instead of a batch.
+
 A kill while the result downloads is made by the test (``server.hold_results()``, then SIGKILL once the server
 counts the download as started). The result (output, the log lines) is written as JSON to ``job["result"]``.
 """
@@ -111,13 +113,20 @@ def run(job: dict[str, Any]) -> None:
     from airflow_pydantic_ai.durable import AttemptOptions, DurableRun, StepStore, run_agent
 
     _kill_at(job.get("kill_at"))
-    batching = BatchModelRequests(
-        max_wait=timedelta(seconds=0.05),
-        poll_interval=timedelta(seconds=0.05),
-        max_poll_interval=timedelta(seconds=0.2),
-        max_resubmissions=int(job.get("max_resubmissions", 1)),
-    )
-    agent = Agent(_model(job), name="nightly", capabilities=[batching])
+    if job.get("background"):
+        # OpenAI's background mode instead of a batch: pydantic-ai polls every 2 s; 0.05 s here.
+        from pydantic_ai.models.openai import _responses_model
+
+        _responses_model._OPENAI_BACKGROUND_POLL_INTERVAL = 0.05  # type: ignore[attr-defined]
+        agent = Agent(_model(job), name="long", model_settings={"openai_background": True})  # type: ignore[typeddict-unknown-key]
+    else:
+        batching = BatchModelRequests(
+            max_wait=timedelta(seconds=0.05),
+            poll_interval=timedelta(seconds=0.05),
+            max_poll_interval=timedelta(seconds=0.2),
+            max_resubmissions=int(job.get("max_resubmissions", 1)),
+        )
+        agent = Agent(_model(job), name="nightly", capabilities=[batching])
     attempt = int(job["attempt"])
 
     @agent.tool_plain

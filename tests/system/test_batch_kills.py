@@ -93,3 +93,35 @@ def test_a_try_killed_anywhere_in_a_batched_request_submits_each_request_once(
     assert bool(picked_up) == (point in PICKS_UP), result["log"]
     if point == "after-result":
         assert any("step 1: model" in line and "replayed" in line for line in result["log"]), result["log"]
+
+
+def test_a_background_response_is_one_step_and_a_killed_wait_picks_up_the_same_response(
+    tmp_path: Path, openai_batch_server: Any
+) -> None:
+    """OpenAI's background mode: polls are no steps (each was a model step before issue 38), and a try killed while
+    pydantic-ai polls leaves the response id recorded: the retry goes on polling it instead of creating another."""
+    from tests.helpers.durable import stored_entries
+
+    server = openai_batch_server
+    server.answer = _scripted
+    server.knobs.background_polls = 4  # the fourth retrieve finds it completed
+    job = {
+        "provider": "openai",
+        "base_url": server.base_url,
+        "base": str(tmp_path / "cache"),
+        "marker": str(tmp_path / "marker"),
+        "result": str(tmp_path / "result.json"),
+        "background": True,
+    }
+    code, _ = _try({**job, "attempt": 1}, kill_when=lambda counters: counters.background_polls >= 2, server=server)
+    assert code == -signal.SIGKILL
+    assert server.counters.background_creates == 1
+
+    code, result = _try({**job, "attempt": 2})
+    assert code == 0 and result is not None and result["error"] is None, result
+    assert result["output"] == "found it"
+    assert server.counters.background_creates == 2, server.counters.snapshot()  # one per request, over both tries
+    assert server.counters.background_cancels == 0
+    assert any("picking up background resp_" in line for line in result["log"]), result["log"]
+    names = sorted(stored_entries(tmp_path / "cache"))
+    assert [name.split("-")[0] for name in names].count("model") == 2, names  # polls are no steps
