@@ -125,3 +125,54 @@ def test_a_background_response_is_one_step_and_a_killed_wait_picks_up_the_same_r
     assert any("picking up background resp_" in line for line in result["log"]), result["log"]
     names = sorted(stored_entries(tmp_path / "cache"))
     assert [name.split("-")[0] for name in names].count("model") == 2, names  # polls are no steps
+
+
+@pytest.mark.parametrize("kind", ["openai batch", "anthropic batch", "openai background"])
+def test_a_deferred_try_hands_over_a_ticket_the_provider_is_checked_with(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """``defer_pending``: the try stops once the submission is recorded; ``check_pending`` (what the triggerer
+    calls) asks the provider with the ticket alone, through the real SDK; the next try collects the same job."""
+    import asyncio
+    from datetime import timedelta
+
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import BatchModelRequests
+    from tests.helpers.batch_servers import anthropic_model, fast_background, openai_model
+    from tests.helpers.durable import DurableHarness
+
+    from airflow_pydantic_ai.durable import PendingTicket, RequestPending, run_agent
+    from airflow_pydantic_ai.durable.steps.pending_step import check_pending
+
+    provider, how = kind.split()
+    server = request.getfixturevalue(f"{provider}_batch_server")
+    server.answer = lambda body: Turn(text="done")
+    server.knobs.polls_until_end = 2
+    server.knobs.background_polls = 2
+    model = openai_model(server) if provider == "openai" else anthropic_model(server)
+    if how == "background":
+        fast_background(monkeypatch)
+        agent = Agent(model, model_settings={"openai_background": True})  # type: ignore[typeddict-unknown-key]
+    else:
+        batching = BatchModelRequests(max_wait=timedelta(seconds=0.05), poll_interval=timedelta(seconds=0.05))
+        agent = Agent(model, capabilities=[batching])
+    harness = DurableHarness(str(tmp_path))
+    run, _ = harness.open(defer_pending=True)
+    with pytest.raises(RequestPending) as stopped, run.ending(waits=lambda error: isinstance(error, RequestPending)):
+        run_agent(run, agent, "go")
+    (ticket,) = stopped.value.tickets
+    assert ticket.kind == how and ticket.provider == provider and ticket.step == 1
+    handed = PendingTicket.from_payload(json.loads(json.dumps(ticket.to_payload())))  # a trigger's kwargs
+
+    async def checked_twice() -> tuple[Any, Any]:
+        fresh = openai_model(server) if provider == "openai" else anthropic_model(server)  # the triggerer's model
+        return await check_pending(fresh, handed), await check_pending(fresh, handed)
+
+    first, second = asyncio.run(checked_twice())
+    assert (first.state, second.state) == ("pending", "ready"), (first, second)
+
+    result, _, log = harness.run(agent, "go", run_options={"defer_pending": True})
+    assert result.output == "done"
+    assert any(f"picking up {how} {ticket.job_id}" in line for line in log.texts), log.texts
+    counters = server.counters
+    assert (counters.background_creates if how == "background" else counters.batches_created) == 1
