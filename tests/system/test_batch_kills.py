@@ -176,3 +176,35 @@ def test_a_deferred_try_hands_over_a_ticket_the_provider_is_checked_with(
     assert any(f"picking up {how} {ticket.job_id}" in line for line in log.texts), log.texts
     counters = server.counters
     assert (counters.background_creates if how == "background" else counters.batches_created) == 1
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_resubmissions_count_across_tries(tmp_path: Path, request: pytest.FixtureRequest, provider: str) -> None:
+    """Both batches expire; ``max_resubmissions=1``. Try 1 is killed while it waits for the resubmitted batch: try 2
+    waits for that same batch, and when it expires too, pydantic-ai's one resubmission is used up: 2 batches in all
+    (3 or 4 if each try counted its own)."""
+    server = request.getfixturevalue(f"{provider}_batch_server")
+    server.answer = _scripted
+    server.knobs.polls_until_end = 2
+    server.knobs.outcomes = ["expired", "expired", "expired"]
+    job = {
+        "provider": provider,
+        "base_url": server.base_url,
+        "base": str(tmp_path / "cache"),
+        "marker": str(tmp_path / "marker"),
+        "result": str(tmp_path / "result.json"),
+        "max_resubmissions": 1,
+    }
+
+    def waiting_for_the_second(counters: Any) -> bool:
+        return len(counters.batches) >= 2 and counters.batches[1].polls >= 1
+
+    code, _ = _try({**job, "attempt": 1}, kill_when=waiting_for_the_second, server=server)
+    assert code == -signal.SIGKILL
+    assert server.counters.batches_created == 2
+
+    code, result = _try({**job, "attempt": 2})
+    assert code == 0 and result is not None, result
+    assert result["error"] is not None and "expired" in result["error"], result
+    assert server.counters.batches_created == 2, server.counters.snapshot()
+    assert any("picking up batch" in line and "submitted again 1x" in line for line in result["log"]), result["log"]
