@@ -372,3 +372,19 @@ def test_the_view_lists_the_requests_submitted_to_the_provider(tmp_path: Any) ->
     page = view_page(data, "/static")
     assert "Requests submitted to the provider (1)" in page
     assert f"step 1: batch {ticket.job_id} (function function:answer:), submitted " in page
+
+
+def test_deleting_from_a_model_step_forgets_its_submission_too(tmp_path: Any) -> None:
+    from airflow_pydantic_ai.durable import CacheReader
+
+    calls: Counter[str] = Counter()
+    model = CountingBatches(_answers(calls))
+    harness = DurableHarness(str(tmp_path))
+    harness.run(_agent(model, calls), "go")
+    reader = CacheReader(harness.store())
+    assert len(reader.pending_requests()) == 2
+    deleted = reader.delete_from(3)  # the second model request: run live from it
+    assert [info.kind for info in deleted] == ["model"]
+    assert [row.step for row in CacheReader(harness.store()).pending_requests()] == [1]
+    harness.run(_agent(model, calls), "go")
+    assert model.batches == 3  # asked anew, not picked up

@@ -241,6 +241,9 @@ class CacheReader:
             raise ValueError(f"steps are numbered from 1, got {number}")
         self.store.refuse_links()  # as delete_all: never through a link out of the cache root
         doomed = [info for info in self.steps() if info.number >= number]
+        # A model step's submission to a provider (a ``pending`` ticket) goes with it: the step is asked anew.
+        tickets = {f"pending-{info.entry_name.removeprefix('model-')}" for info in doomed if info.kind == "model"}
+        self.store.drop([*(name for name in tickets if name in self.survey().entries)])
         self.store.drop([info.entry_name for info in reversed(doomed)])
         return doomed
 
