@@ -91,29 +91,9 @@ class CachingModel(WrapperModel):
         asked = messages[:-1] if waits_on is not None else messages
         step = self._model_step(asked, model_settings, model_request_parameters)
         if step.replayed is None:
-            resumed = PendingRequest.resumed(step, defer=self.run.family.defer_pending)
-            if resumed is not None:
-                # An earlier try submitted it: check on that batch or background response instead of submitting.
-                self.pending, recorded = resumed
-                try:
-                    return await self._check([*asked, recorded], model_settings, model_request_parameters)
-                except Exception as error:
-                    if waits_on is not None or not _pydantic_ai.job_gone(error):
-                        raise
-                    # Gone from the provider (past its retention): submitted again, as pydantic-ai would have to.
-                    step.run.log.warning(
-                        "Durable: %s: the provider no longer has %s (%s); the request is submitted again",
-                        step.shown(),
-                        self.pending.ticket.describe(),
-                        error,
-                    )
-                    self.pending = None
-            if waits_on is not None and isinstance(submitted := messages[-1], ModelResponse):
-                # The history ends in a request a run submitted before (PendingModelResponse): its ticket now.
-                self.pending = PendingRequest.submitted(
-                    step, submitted, self.wrapped.model_name, defer=self.run.family.defer_pending
-                )
-                return await self._check(messages, model_settings, model_request_parameters)
+            answer = await self._pending_answer(step, messages, waits_on, model_settings, model_request_parameters)
+            if answer is not None:
+                return answer
 
         async def live() -> ModelResponse:
             try:
@@ -135,6 +115,42 @@ class CachingModel(WrapperModel):
             )
             self.pending.stop_if_deferred()
         return response
+
+    async def _pending_answer(
+        self,
+        step: ModelStep,
+        messages: list[ModelMessage],
+        waits_on: tuple[str, str] | None,
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse | None:
+        """The answer of a request that was submitted before (by an earlier try, or by the run whose history ends
+        in its suspended response): one check of that job; None when it must be submitted now."""
+        asked = messages[:-1] if waits_on is not None else messages
+        resumed = PendingRequest.resumed(step, defer=self.run.family.defer_pending)
+        if resumed is not None:
+            # An earlier try submitted it: check on that batch or background response instead of submitting.
+            self.pending, recorded = resumed
+            try:
+                return await self._check([*asked, recorded], model_settings, model_request_parameters)
+            except Exception as error:
+                if waits_on is not None or not _pydantic_ai.job_gone(error):
+                    raise
+                # Gone from the provider (past its retention): submitted again, as pydantic-ai would have to.
+                step.run.log.warning(
+                    "Durable: %s: the provider no longer has %s (%s); the request is submitted again",
+                    step.shown(),
+                    self.pending.ticket.describe(),
+                    error,
+                )
+                self.pending = None
+        if waits_on is not None and isinstance(submitted := messages[-1], ModelResponse):
+            # The history ends in a request a run submitted before (PendingModelResponse): its ticket now.
+            self.pending = PendingRequest.submitted(
+                step, submitted, self.wrapped.model_name, defer=self.run.family.defer_pending
+            )
+            return await self._check(messages, model_settings, model_request_parameters)
+        return None
 
     async def _check(
         self,
