@@ -176,7 +176,8 @@ class PendingTicket:
         )
 
     async def check(self, model: Model) -> PendingStatus:
-        """Ask the provider how the request stands (:func:`check_pending`)."""
+        """Ask the provider how the request stands (``check_pending``: ``Model.batch_status`` for a batch, the
+        background response's retrieve for a background one)."""
         return await check_pending(model, self)
 
 

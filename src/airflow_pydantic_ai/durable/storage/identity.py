@@ -84,7 +84,7 @@ class TaskIdentity:
         cls, dag_id: str, run_id: str, task_id: str, map_index: int = -1, region: Sequence[Any] | None = None
     ) -> TaskIdentity:
         """The task instance, with its region as Airflow gives it (``(region_id, region_index, iteration)``, see
-        :meth:`Region.of`; None outside any region)."""
+        ``Region.of``; None outside any region)."""
         return cls(dag_id, run_id, task_id, map_index, None if region is None else Region.of(*region))
 
     @staticmethod
