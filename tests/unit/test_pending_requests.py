@@ -388,3 +388,25 @@ def test_deleting_from_a_model_step_forgets_its_submission_too(tmp_path: Any) ->
     assert [row.step for row in CacheReader(harness.store()).pending_requests()] == [1]
     harness.run(_agent(model, calls), "go")
     assert model.batches == 3  # asked anew, not picked up
+
+
+@pytest.mark.parametrize("retry_coming", [True, False])
+def test_a_stopped_try_leaves_its_batch_running_for_the_retry_and_the_last_try_cancels_it(
+    tmp_path: Any, retry_coming: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pydantic_ai import _agent_graph
+
+    def stopped(delay: float) -> Any:  # the task is cancelled while it waits between checks (a timeout, a SIGTERM)
+        raise asyncio.CancelledError
+
+    calls: Counter[str] = Counter()
+    model = CountingBatches(_answers(calls), hold=1)
+    harness = DurableHarness(str(tmp_path))
+    with monkeypatch.context() as patched, pytest.raises(asyncio.CancelledError):
+        patched.setattr(_agent_graph, "_agent_graph_sleep", stopped)
+        harness.run(_agent(model, calls), "go", run_options={"retry_coming": retry_coming})
+    assert model.checks["cancelled"] == (0 if retry_coming else 1)
+    if retry_coming:
+        assert any("left running for the next try" in line for line in harness.logs[0].texts)
+        result, _, _ = harness.run(_agent(model, calls), "go")
+        assert result.output == "done: found x" and model.batches == 2

@@ -63,6 +63,23 @@ class CachingModel(WrapperModel):
         outside.served = self.served
         return outside
 
+    async def cancel_suspended_response(self, response: ModelResponse) -> None:
+        # pydantic-ai cancels the job of a request it stops waiting for (the try was stopped: a timeout, a
+        # SIGTERM). A job whose ticket is recorded is left running when a retry is coming: that try picks it up.
+        pending = self.pending
+        job = pending_job(response)
+        if (
+            pending is not None
+            and job is not None
+            and job[1] == pending.ticket.job_id
+            and self.run.outlook.retry_coming
+        ):
+            self.run.log.info(
+                "Durable: %s is left running for the next try (%s)", pending.step.shown(), pending.ticket.describe()
+            )
+            return
+        await self.wrapped.cancel_suspended_response(response)
+
     def recording_run(self) -> DurableRun:
         """The run each request is a step of (``ctx.model`` in a tool binds its own on the first request)."""
         return self.run
