@@ -70,6 +70,7 @@ def cache_show(args: Any) -> None:
             with access.reader.one_survey():  # the steps and the calls from one read of the store
                 steps = access.reader.steps()
                 doubts = [shown for shown in access.calls() if shown.call.in_doubt]
+                pending = access.reader.pending_requests()
             _print_rows([step.as_row() for step in steps], args.output)
             if args.output in ("json", "yaml"):
                 if doubts:  # the document stays the steps' rows; say where the calls are
@@ -82,6 +83,10 @@ def cache_show(args: Any) -> None:
                 from airflow_pydantic_ai.durable.read import replay_total
 
                 print(replay_total([(step.kind, step.cost) for step in steps]))
+            if pending:  # issue 38: requests a provider was given to work on (batches, background responses)
+                print(f"\nRequests submitted to the provider ({len(pending)}):")
+                for row in pending:
+                    print(f"  {row.line()}")
             _print_calls_in_doubt(doubts)
             return
         try:

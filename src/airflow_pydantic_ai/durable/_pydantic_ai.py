@@ -18,11 +18,16 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 __all__ = [
     "agent_has_output_validators",
     "agent_output_type",
+    "batch_of",
+    "batched_model",
     "continues_server_state",
     "current_run_context",
     "durable_operation_names",
     "failed_output_validator",
+    "job_gone",
+    "mark_run_suspended",
     "output_validators",
+    "pending_job",
     "tool_function",
     "with_history_digest_after",
 ]
@@ -195,3 +200,68 @@ def _digest_function() -> Callable[[ModelResponse, Any], ModelResponse] | None:
         return None
     found = getattr(openai, "_with_history_digest", None)
     return found if callable(found) else None
+
+
+# --- batch and background requests (issue 38; pydantic-ai 2.78) ---------------------------------------------------
+
+
+def pending_job(response: Any) -> tuple[str, str] | None:
+    """``(kind, job id)`` when ``response`` is a suspended response the provider still works on: a request waiting
+    for its batch (``kind="batch"``, the batch id) or an OpenAI background response (``"background"``, its id);
+    None for anything else (a complete response, a generation paused to be continued, Anthropic's ``pause_turn``).
+
+    pydantic-ai keeps a batch request's ticket under ``provider_details['batch']`` and says whether it is still
+    live with ``pydantic_ai.models._batch_model._pending_ticket`` (a merged response can keep a stale ticket); an
+    OpenAI background job is marked ``provider_details['background']``.
+    """
+    if not isinstance(response, ModelResponse) or response.state != "suspended":
+        return None
+    ticket = _batch_ticket(response)
+    if ticket is not None:
+        return "batch", str(ticket["batch"].id)
+    if (response.provider_details or {}).get("background") and response.provider_response_id:
+        return "background", response.provider_response_id
+    return None
+
+
+def _batch_ticket(response: ModelResponse) -> Any:
+    try:
+        from pydantic_ai.models._batch_model import _pending_ticket
+    except ImportError:  # pydantic-ai before batch support (2.62)
+        return None
+    return _pending_ticket(response)
+
+
+def batch_of(response: ModelResponse) -> tuple[Any, int] | None:
+    """The ``Batch`` handle a pending batch response waits on and how many times pydantic-ai submitted its request
+    again (its ticket's ``resubmissions``); None when it waits on no batch."""
+    ticket = _batch_ticket(response)
+    return None if ticket is None else (ticket["batch"], int(ticket.get("resubmissions", 0)))
+
+
+def batched_model(model: Any) -> Any:
+    """``model`` when it is pydantic-ai's ``BatchedModel`` (what ``BatchModelRequests`` wraps a model in), else None."""
+    try:
+        from pydantic_ai.models._batch_model import BatchedModel
+    except ImportError:
+        return None
+    return model if isinstance(model, BatchedModel) else None
+
+
+def mark_run_suspended(error: BaseException) -> None:
+    """Tell pydantic-ai's continuation loop that ``error`` suspends a run that continues later, so it leaves the
+    batch or background response running instead of cancelling it (``models._continuation.mark_run_suspended``)."""
+    try:
+        from pydantic_ai.models._continuation import mark_run_suspended as mark
+    except ImportError:
+        return
+    mark(error)
+
+
+def job_gone(error: BaseException) -> bool:
+    """Whether ``error`` says the provider no longer has a batch or background response (past its retention, or
+    never in this project): pydantic-ai's ``SuspendedResponseExpired`` (2.78)."""
+    from pydantic_ai import exceptions
+
+    gone = getattr(exceptions, "SuspendedResponseExpired", None)
+    return gone is not None and isinstance(error, gone)

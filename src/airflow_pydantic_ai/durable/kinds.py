@@ -27,14 +27,20 @@ __all__ = [
     "prefix_of_role",
 ]
 
-StepRole = Literal["model", "tool", "output", "decision", "result", "started", "resolution", "checkpoint", "forgotten"]
+StepRole = Literal[
+    "model", "tool", "output", "decision", "result", "started", "resolution", "checkpoint", "pending", "forgotten"
+]
 """What an entry is to a person: a model request, a tool call, a call of an output function, a person's
 decision on a tool call that needed approval, the task's recorded output; or one of a call's companions: the
 mark that an at-most-once call started (``started``), the answer to "did that call happen?" once it was cut
-off (``resolution``), or a value a resumable tool saved while it ran (``checkpoint``); or the mark that forgets
+off (``resolution``), or a value a resumable tool saved while it ran (``checkpoint``); or a model request's
+companion: its submission to a provider that works on it later (``pending``: a batch or a background response,
+with its ticket, ``steps/pending_step.py``); or the mark that forgets
 the entries a run failed on (``forgotten``, a tombstone: never a step, never shown as one)."""
 
-EntryPrefix = Literal["model", "tool", "decision", "result", "started", "resolution", "checkpoint", "forgotten"]
+EntryPrefix = Literal[
+    "model", "tool", "decision", "result", "started", "resolution", "checkpoint", "pending", "forgotten"
+]
 """The kind an entry's name starts with (``{prefix}-{key}.json``): an output function's call is stored as a
 ``tool`` entry, so that entry names stay what they were before output functions were recorded."""
 
@@ -65,8 +71,9 @@ class KindSpec:
     words: str
     """How the log names a step of this kind (``step 3: output function finalize ...``)."""
     companion: bool = False
-    """Belongs to one tool call (keyed like it) rather than being a step of its own: it takes no step number in
-    the log, the view or ``cache show`` (which show it with its call), and is never exported to a fixture."""
+    """Belongs to one tool call or model request (keyed like it) rather than being a step of its own: it takes no
+    step number in the log, the view or ``cache show`` (which show it with its step), and is never exported to a
+    fixture."""
 
 
 KINDS: dict[StepRole, KindSpec] = {
@@ -80,6 +87,7 @@ KINDS: dict[StepRole, KindSpec] = {
         KindSpec("started", "started", 2, False, True, None, None, False, None, "started call", companion=True),
         KindSpec("resolution", "resolution", 2, False, True, None, None, False, None, "resolution", companion=True),
         KindSpec("checkpoint", "checkpoint", 2, False, True, None, None, False, None, "checkpoint", companion=True),
+        KindSpec("pending", "pending", 0, False, True, None, None, False, None, "pending request", companion=True),
         KindSpec("forgotten", "forgotten", 4, False, True, None, None, False, None, "forgotten entries"),
     )
 }

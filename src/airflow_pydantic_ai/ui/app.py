@@ -274,6 +274,7 @@ def create_app() -> FastAPI:
                 exists=bool(steps),
                 steps=steps,
                 calls=access.calls(),
+                pending=[row.line() for row in access.reader.pending_requests()],
                 latest=latest_attempt(access.store),
                 running=is_active(row.state),
                 notice=_notice(done),

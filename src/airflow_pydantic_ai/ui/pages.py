@@ -80,6 +80,9 @@ class ViewData:
     calls: list[ShownCall] = field(default_factory=list)
     """The ``at_most_once()`` calls that left a start mark: unfinished and resolved ones are listed above the steps,
     a finished one marks its tool row."""
+    pending: list[str] = field(default_factory=list)
+    """The model requests submitted to a provider that works on them (batches, background responses; issue 38),
+    one line each (``CacheReader.pending_requests``)."""
     running: bool = False
     """The task instance is active (:data:`~airflow_pydantic_ai.cache_tools.task_states.ACTIVE_STATES`): no deleting."""
     notice: str = ""
@@ -170,6 +173,12 @@ def view_page(data: ViewData, static: str) -> str:
         parts.append('<p class="empty">Nothing recorded for this task instance.</p>')
         return _page("Durable cache", "".join(parts), _static(task))
     parts.append(_calls_in_doubt(data.calls, asks=_required_actions(task) if state in _ASKING else ""))
+    if data.pending:  # issue 38: what a provider was given to work on, and whether its result is collected
+        rows = "".join(f"<li><code>{escape(line)}</code></li>" for line in data.pending)
+        parts.append(
+            f'<section class="pending"><h2>Requests submitted to the provider ({len(data.pending)})</h2>'
+            f"<ul>{rows}</ul></section>"
+        )
     parts.append(_steps_table(data))
     if data.shown_step is not None:
         parts.append(_step_detail(data, data.shown_step))

@@ -81,6 +81,12 @@ class Spend:
     priced: int = 0
     unpriced: int = 0
     """Responses pydantic-ai has no price for: the cost is then a lower bound (or unknown, when none is priced)."""
+    batched: int = 0
+    """Of the requests, those a provider's batch API answered (issue 38: counted, and priced, as model requests)."""
+    batch_saved: Decimal = Decimal(0)
+    """What the batch price saved on them, against the standard price (genai-prices' batch rates)."""
+    batch_unpriced: int = 0
+    """Batched requests the price data has no batch price for: priced at the standard price, nothing saved."""
 
     def add(
         self,
@@ -109,6 +115,14 @@ class Spend:
         else:
             self.priced += 1
             self.cost += cost
+
+    def add_batched(self, saved: Decimal | None) -> None:
+        """One of the requests was batched; ``saved``: what its batch price saved (None: no batch price known)."""
+        self.batched += 1
+        if saved is None:
+            self.batch_unpriced += 1
+        else:
+            self.batch_saved += saved
 
     @property
     def cost_usd(self) -> float | None:

@@ -11,11 +11,12 @@ pydantic-ai's pricing does (its data ships with the package).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from pydantic_ai.messages import ModelResponse
 
-__all__ = ["response_cost"]
+__all__ = ["batch_saving", "response_cost"]
 
 
 def response_cost(response: ModelResponse) -> Decimal | None:
@@ -28,3 +29,18 @@ def response_cost(response: ModelResponse) -> Decimal | None:
         return None
     total = getattr(price, "total_price", None)
     return total if isinstance(total, Decimal) else None
+
+
+def batch_saving(response: ModelResponse) -> Decimal | None:
+    """What the batch price saved on ``response``, a batch API's answer (pydantic-ai marks it
+    ``provider_details['processing'] = 'batch'``, which genai-prices prices at its batch rate): the standard price
+    less the batch price; None when the price data has no batch rate for the model; 0 when it has no price for the
+    model at all (the cost is unknown, and says so)."""
+    details = dict(response.provider_details or {})
+    details.pop("processing", None)
+    batch, standard = response_cost(response), response_cost(replace(response, provider_details=details or None))
+    if standard is None:
+        return Decimal(0)
+    if batch is None or batch >= standard:
+        return None
+    return standard - batch

@@ -51,7 +51,17 @@ class DurableReport:
     """The report's step kinds (keys of ``steps.replayed``) and each one's part in the metric names."""
 
     def to_json(self) -> dict[str, Any]:
-        """The report as JSON data (the XCom value)."""
+        """The report as JSON data (the XCom value); ``batched`` only when a provider's batch API answered some of
+        the live requests (issue 38)."""
+        live = self.accounting.live
+        batched = {
+            "requests": live.batched,
+            "saved_usd": float(round(live.batch_saved, 8)),
+            "without_batch_price": live.batch_unpriced,
+        }
+        return {**self._json(), **({"batched": batched} if live.batched else {})}
+
+    def _json(self) -> dict[str, Any]:
         return {
             "schema_version": REPORT_SCHEMA_VERSION,
             "try_number": self.try_number,
@@ -96,9 +106,21 @@ def _spent(spend: Spend) -> str:
         return "no model request"
     tokens = spend.input_tokens + spend.output_tokens
     return (
-        f"{plural(spend.requests, 'model request')}, {tokens:,} tokens ({spend.input_tokens:,} input, "
-        f"{spend.output_tokens:,} output), {_money(spend)}"
+        f"{plural(spend.requests, 'model request')}{_batched(spend)}, {tokens:,} tokens ({spend.input_tokens:,} "
+        f"input, {spend.output_tokens:,} output), {_money(spend)}"
     )
+
+
+def _batched(spend: Spend) -> str:
+    """`` (2 batched, the batch price saved ~$0.0010)``; empty when no request was batched (issue 38)."""
+    if not spend.batched:
+        return ""
+    text = f" ({spend.batched} batched"
+    if spend.batch_unpriced < spend.batched:
+        text += f", the batch price saved {format_usd(float(round(spend.batch_saved, 8)))}"
+    if spend.batch_unpriced:
+        text += f"; {spend.batch_unpriced} at the standard price: the price data has no batch price for the model"
+    return text + ")"
 
 
 def _money(spend: Spend) -> str:

@@ -71,6 +71,13 @@ class ModelStep:
             entry = self._entry({}, {})
         return f"step {self.run.attempt.step_number(entry)}: {what}"
 
+    def listed_number(self) -> int:
+        """The step's number as the log, the view and ``cache show`` give it (0: it has no key)."""
+        if self.key is None:
+            return 0
+        entry = self.run.attempt.entries.get(self.entry_name) if self.replayed is not None else None
+        return self.run.attempt.step_number(entry or self._entry({}, {}))
+
     def _entry(self, payload: dict[str, Any], usage: dict[str, Any]) -> StepEntry:
         return StepEntry(
             kind="model",
@@ -95,8 +102,14 @@ class ModelStep:
         self.replayed_usage = entry.usage
         return True
 
-    async def replay_or_run(self, request: Callable[[], Awaitable[ModelResponse]]) -> ModelResponse:
-        """The recorded response; or ``request()`` live, recorded."""
+    async def replay_or_run(
+        self,
+        request: Callable[[], Awaitable[ModelResponse]],
+        *,
+        pending: Callable[[ModelResponse], bool] | None = None,
+    ) -> ModelResponse:
+        """The recorded response; or ``request()`` live, recorded (``pending``: whether a live response is a
+        submission the provider works on, which is handed back unrecorded: ``pending_step.py`` records its ticket)."""
         replayed = self.take_replay()
         if replayed is not None:
             return replayed
@@ -106,6 +119,8 @@ class ModelStep:
         except BaseException as error:
             self.record_failure(error)
             raise
+        if pending is not None and pending(response):
+            return response
         self.record(response)
         return response
 

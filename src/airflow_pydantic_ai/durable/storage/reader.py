@@ -35,7 +35,7 @@ from airflow_pydantic_ai.durable.storage.step_costs import StepCost
 from airflow_pydantic_ai.durable.storage.store import StepStore
 from airflow_pydantic_ai.durable.storage.stored import Survey
 
-__all__ = ["CacheReader", "StepDetail", "StepInfo", "StepKindShown"]
+__all__ = ["CacheReader", "PendingRow", "StepDetail", "StepInfo", "StepKindShown"]
 
 StepKindShown = StepRole | Literal["damaged", "encrypted"]
 """A step's role (the kind table's: a call's companions too; a tombstone is never listed, the store keeps it
@@ -118,6 +118,33 @@ class StepDetail:
         return text
 
 
+@dataclass(frozen=True)
+class PendingRow:
+    """A model request submitted to a provider that works on it later (a batch, a background response; issue 38),
+    as its ``pending`` entry recorded it: shown by ``cache show`` and the view beside the steps."""
+
+    step: int
+    """The model step's number when it was submitted."""
+    kind: str
+    """``batch`` or ``background``."""
+    provider: str
+    model_name: str
+    job_id: str
+    submitted_at: str
+    """ISO 8601, UTC."""
+    status: str
+    """The provider's status when it was last seen, or ``collected`` once the step's response is recorded."""
+    resubmissions: int = 0
+
+    def line(self) -> str:
+        """``step 3: batch batch_abc (openai gpt-4o), submitted 2026-12-06T23:10:00+00:00, in_progress``."""
+        again = f", submitted again {self.resubmissions}x" if self.resubmissions else ""
+        return (
+            f"step {self.step}: {self.kind} {self.job_id} ({self.provider} {self.model_name}), submitted "
+            f"{self.submitted_at}, {self.status}{again}"
+        )
+
+
 @dataclass
 class CacheReader:
     """Reads (and deletes) one task instance's cache through its :class:`StepStore`."""
@@ -162,6 +189,30 @@ class CacheReader:
         found = [entry for entry, _ in survey.entries.values() if entry.is_companion]
         return sorted(found, key=lambda entry: (entry.recorded_at or 0.0, entry.name))
 
+    def pending_requests(self) -> list[PendingRow]:
+        """The model requests a provider was given to work on (batches, background responses), oldest first;
+        ``collected`` once the step's response is recorded."""
+        survey = self.survey()
+        rows: list[PendingRow] = []
+        for entry in self.companions():
+            ticket = entry.payload.get("ticket") if entry.step_role == "pending" else None
+            if not isinstance(ticket, dict):
+                continue
+            collected = f"model-{entry.key}.json" in survey.entries
+            rows.append(
+                PendingRow(
+                    step=int(ticket.get("step") or entry.step),
+                    kind=str(ticket.get("kind", "")),
+                    provider=str(ticket.get("provider", "")),
+                    model_name=str(ticket.get("model_name", "")),
+                    job_id=str(ticket.get("job_id", "")),
+                    submitted_at=str(ticket.get("submitted_at", "")),
+                    status="collected" if collected else str(ticket.get("status", "")),
+                    resubmissions=int(ticket.get("resubmissions") or 0),
+                )
+            )
+        return rows
+
     def read(self, number: int) -> StepDetail:
         """Step ``number`` decoded (the only entry opened, when the others are in a pack's listing); raises
         ``KeyError`` when there is no such step."""
@@ -190,6 +241,9 @@ class CacheReader:
             raise ValueError(f"steps are numbered from 1, got {number}")
         self.store.refuse_links()  # as delete_all: never through a link out of the cache root
         doomed = [info for info in self.steps() if info.number >= number]
+        # A model step's submission to a provider (a ``pending`` ticket) goes with it: the step is asked anew.
+        tickets = {f"pending-{info.entry_name.removeprefix('model-')}" for info in doomed if info.kind == "model"}
+        self.store.drop([*(name for name in tickets if name in self.survey().entries)])
         self.store.drop([info.entry_name for info in reversed(doomed)])
         return doomed
 
