@@ -88,7 +88,7 @@ def _deferred(harness: DurableHarness, agent: Agent[None, str]) -> list[PendingT
     run, _ = harness.open(defer_pending=True)
     with pytest.raises(RequestPending) as stopped, run.ending(waits=lambda error: isinstance(error, RequestPending)):
         run_agent(run, agent, "go")
-    assert run.outcome == "waiting"
+    assert run.end.outcome == "waiting"
     return stopped.value.tickets
 
 
