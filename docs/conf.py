@@ -74,6 +74,8 @@ nitpick_ignore_regex = [
     ),
     # DurableCapability keeps one Responses chain per agent run (internal: architecture.rst).
     (r"py:class", r"airflow_pydantic_ai\.durable\.interception\.response_chain\.ResponseChain"),
+    # StepStore's pack bookkeeping (storage/surveying.py, internal: architecture.rst).
+    (r"py:class", r"airflow_pydantic_ai\.durable\.storage\.surveying\.Holdings"),
     # A ToolCheckpoint belongs to the tool call running now (internal: architecture.rst).
     (r"py:class", r"airflow_pydantic_ai\.durable\.side_effects\.in_flight\.CallInFlight"),
 ]
