@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["DEFAULT_PENDING_TIMEOUT", "PendingSettings"]
+__all__ = ["DEFAULT_PENDING_TIMEOUT", "LOST_WORKER_WARNING", "PendingSettings", "uses_provider_side_work"]
 
 DEFAULT_PENDING_TIMEOUT = timedelta(hours=24)
 """The providers' completion window: OpenAI's and Anthropic's batches end within 24 hours (expired otherwise)."""
@@ -76,8 +76,14 @@ def _duration(value: Any) -> timedelta | None:
         return value
     from pydantic import TypeAdapter, ValidationError
 
+    if isinstance(value, str):
+        value = value.strip()
+        try:
+            value = float(value)  # a rendered template of seconds
+        except ValueError:
+            pass  # an ISO 8601 duration, or a mistake the adapter names
     try:
-        duration = TypeAdapter(timedelta).validate_python(value.strip() if isinstance(value, str) else value)
+        duration = TypeAdapter(timedelta).validate_python(value)
     except ValidationError:
         raise ValueError(
             f"pending_timeout={value!r} is not a duration: give a timedelta, seconds (86400) or an ISO 8601 "
