@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from airflow_pydantic_ai.durable.reporting.report import DurableReport
     from airflow_pydantic_ai.durable.reporting.stats import TaskLogger
     from airflow_pydantic_ai.durable.steps.decision import Decision, DecisionStep
-    from airflow_pydantic_ai.durable.storage.identity import Region, TaskIdentity, make_private_folders
+    from airflow_pydantic_ai.durable.steps.pending_step import PendingTicket, RequestPending
+    from airflow_pydantic_ai.durable.storage.identity import TaskIdentity
     from airflow_pydantic_ai.durable.storage.store import StepStore
 
 __all__ = [
@@ -44,9 +45,10 @@ __all__ = [
     "DurableMode",
     "DurableReport",
     "DurableRun",
+    "PendingTicket",
     "Recording",
-    "Region",
     "ReplayPolicy",
+    "RequestPending",
     "StepStore",
     "TaskIdentity",
     "TaskLogger",
@@ -54,7 +56,6 @@ __all__ = [
     "attempt_block",
     "check_mode",
     "live_tool",
-    "make_private_folders",
     "note_ending",
     "run_agent",
 ]
@@ -68,9 +69,10 @@ _HOMES = {
     "DurableMode": "attempt.replay_policy",
     "DurableReport": "reporting.report",
     "DurableRun": "attempt.run",
+    "PendingTicket": "steps.pending_step",
     "Recording": "attempt.opening",
-    "Region": "storage.identity",
     "ReplayPolicy": "attempt.replay_policy",
+    "RequestPending": "steps.pending_step",
     "StepStore": "storage.store",
     "TaskIdentity": "storage.identity",
     "TaskLogger": "reporting.stats",
@@ -78,7 +80,6 @@ _HOMES = {
     "attempt_block": "attempt.embedding",
     "check_mode": "attempt.replay_policy",
     "live_tool": "interception.toolset",
-    "make_private_folders": "storage.identity",
     "note_ending": "attempt.embedding",
     "run_agent": "interception.run_agent",
 }
@@ -94,10 +95,12 @@ _DOCUMENTED_BEFORE = {
     "DurableConfigError": "errors",
     "DurableError": "errors",
     "DurableStorageError": "errors",
+    "Region": "storage.identity",
     "StepDetail": "storage.reader",
     "StepInfo": "storage.reader",
     "attempt_scope": "attempt.nesting",
     "describe_error": "errors",
+    "make_private_folders": "storage.identity",
     "secret_check": "attempt.writer",
 }
 

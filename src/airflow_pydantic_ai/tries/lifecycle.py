@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import Region, TaskIdentity
+from airflow_pydantic_ai.durable import TaskIdentity
 from airflow_pydantic_ai.tries.settings import (
     DurableArguments,
     DurableSettings,
@@ -102,13 +102,7 @@ def task_identity(ti: Any, context: Any = None) -> TaskIdentity:
     """
     map_index = getattr(ti, "map_index", None)
     region = _compat.task_region(ti, context)
-    return TaskIdentity(
-        dag_id=ti.dag_id,
-        run_id=ti.run_id,
-        task_id=ti.task_id,
-        map_index=-1 if map_index is None else int(map_index),
-        region=None if region is None else Region.of(*region),
-    )
+    return TaskIdentity.of(ti.dag_id, ti.run_id, ti.task_id, -1 if map_index is None else int(map_index), region)
 
 
 def span_attributes(ti: Any) -> dict[str, str | int]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_pydantic_ai import _compat
-from airflow_pydantic_ai.durable import StepStore, TaskIdentity, make_private_folders
+from airflow_pydantic_ai.durable import StepStore, TaskIdentity
 from airflow_pydantic_ai.durable.errors import DurableConfigError
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def resolve_cache_path(override: str | None = None) -> ObjectStoragePath:
     if scheme in ("file", "local"):
         folder = path.path
         try:
-            make_private_folders(folder)
+            TaskIdentity.make_private_folders(folder)
         except OSError as error:
             raise DurableConfigError(f"{option} {url!r}: cannot create the folder: {error}") from error
         if not os.access(folder, os.W_OK | os.X_OK):

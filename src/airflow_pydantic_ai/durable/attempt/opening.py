@@ -76,6 +76,10 @@ class AttemptOptions:
     """Steps recorded elsewhere (a fixture's) to replay too."""
     unknown_outcome: OutcomeRules = field(default_factory=OutcomeRules)
     """What an at-most-once call an earlier try started and never finished does (``on_unknown_outcome``)."""
+    defer_pending: bool = False
+    """A model request the provider works on (a batch, a background response) stops the run once its submission is
+    recorded: ``run_agent`` raises ``RequestPending`` with its ticket, and the caller waits elsewhere (Airflow's
+    triggerer). False: the run waits in-process, as pydantic-ai does (``steps/pending_step.py``)."""
     start_over: str = ""
     """Why this attempt discards the cache it finds (``cleared with on_clear=fresh``, ``durable_mode = record``):
     nothing replays and the cache is deleted, but its calls in doubt, which stay in doubt. Empty: it resumes."""

@@ -136,6 +136,7 @@ class DurableRun:
             outcomes=options.unknown_outcome,
             redact=options.redact,
         )
+        run.family.defer_pending = options.defer_pending  # issue 38: a pending request stops the run
         run.stats.telemetry = StepTelemetry(dict(options.span_attributes))  # issue 22
         if options.budget is not None:  # issue 22: read before the first step, whatever the load below finds
             run.budget = RetryBudget.load(store, attempt=attempt, limits=options.budget, log=log)

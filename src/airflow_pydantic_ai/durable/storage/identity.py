@@ -79,6 +79,19 @@ class TaskIdentity:
     region: Region | None = None
     """Inside a loop (Airflow 3.4): which iteration's task instance; None outside any region."""
 
+    @classmethod
+    def of(
+        cls, dag_id: str, run_id: str, task_id: str, map_index: int = -1, region: Sequence[Any] | None = None
+    ) -> TaskIdentity:
+        """The task instance, with its region as Airflow gives it (``(region_id, region_index, iteration)``, see
+        :meth:`Region.of`; None outside any region)."""
+        return cls(dag_id, run_id, task_id, map_index, None if region is None else Region.of(*region))
+
+    @staticmethod
+    def make_private_folders(path: str) -> list[str]:
+        """:func:`make_private_folders`: a local cache's folders, readable by their owner only."""
+        return make_private_folders(path)
+
     def owner(self) -> list[Any]:
         """The identity as stored inside each entry (authenticated with the entry when encrypted)."""
         owner: list[Any] = [self.dag_id, self.run_id, self.task_id, self.map_index]
