@@ -176,7 +176,9 @@ class AirflowCluster:
     def log_file(self, name: str) -> Path:
         return self.component_logs / f"{name}.log"
 
-    def wait_until_park_seen(self, dag_id: str, run_id: str, task_id: str, try_number: int, timeout: float = 180) -> None:
+    def wait_until_park_seen(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int, timeout: float = 180
+    ) -> None:
         """Wait until the scheduler has handled the executor's event for the process that parked the task.
 
         Airflow 3.3.2 race, not this provider's (docs/approval.rst): when a person answers within a few seconds of

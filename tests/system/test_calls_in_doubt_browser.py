@@ -175,7 +175,8 @@ def test_tasks_clear_leaves_a_run_without_a_logical_date_and_the_rest_clear_reru
     run_id = cluster.trigger(DAG_ID)  # logical_date None, as the UI's trigger
     ti = _wait_for_state(cluster, run_id, {"awaiting_input"}, timeout=RUN_TIMEOUT)
     body = {"chosen_options": ["Fail the task"], "params_input": {}}
-    cluster.wait_until_park_seen(DAG_ID, run_id, TASK_ID, ti["try_number"])  # the Airflow 3.3.2 race (docs/approval.rst)
+    # the Airflow 3.3.2 race (docs/approval.rst)
+    cluster.wait_until_park_seen(DAG_ID, run_id, TASK_ID, ti["try_number"])
     cluster.login_as("alice", USERS["alice"][1])
     cluster.hitl_respond(DAG_ID, run_id, TASK_ID, body)
     assert cluster.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT) == "failed", cluster.tails()

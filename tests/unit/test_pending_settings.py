@@ -63,7 +63,7 @@ def test_batch_true_adds_a_default_batching_capability_and_an_instance_is_used_a
 
 
 def test_batch_takes_only_true_or_batch_model_requests() -> None:
-    with pytest.raises(TypeError, match="batch= takes True or a pydantic_ai.capabilities.BatchModelRequests"):
+    with pytest.raises(TypeError, match=r"batch= takes True or a pydantic_ai\.capabilities\.BatchModelRequests"):
         AgentOperator(task_id="t", prompt="p", model_id="test", batch="yes")
 
 

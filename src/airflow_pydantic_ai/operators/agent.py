@@ -381,9 +381,7 @@ class AgentOperator(BaseOperator):
             from airflow_pydantic_ai.pending import pending_output
 
             if pending_output(result.output):  # PendingModelResponse in the output type: wait, never push a ticket
-                from airflow_pydantic_ai.durable import PendingTicket
-
-                self._defer_while_pending([PendingTicket.of_response(result.output.response)], agent)
+                self._defer_while_pending([], agent)  # the submission is in the cache: the resumed try checks it
             return self._complete(context, run, _to_xcom(result.output))
 
     def _defer_while_pending(self, tickets: list[Any], agent: Agent[Any, Any]) -> Any:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -34,11 +35,8 @@ class PendingSettings:
     @classmethod
     def checked(cls, pending_timeout: Any, batch: Any) -> PendingSettings:
         """The settings of a task, checked where the DAG is parsed (a rendered template is read again per try)."""
-        if batch not in (None, False, True):
-            if not isinstance(batch, _batch_class()):
-                raise TypeError(
-                    f"batch= takes True or a pydantic_ai.capabilities.BatchModelRequests(...), got {batch!r}"
-                )
+        if batch not in (None, False, True) and not isinstance(batch, _batch_class()):
+            raise TypeError(f"batch= takes True or a pydantic_ai.capabilities.BatchModelRequests(...), got {batch!r}")
         return cls(timeout=_duration(pending_timeout), batch=batch)
 
     def capabilities(self) -> list[Any]:
@@ -78,10 +76,8 @@ def _duration(value: Any) -> timedelta | None:
 
     if isinstance(value, str):
         value = value.strip()
-        try:
+        with suppress(ValueError):  # else an ISO 8601 duration, or a mistake the adapter names
             value = float(value)  # a rendered template of seconds
-        except ValueError:
-            pass  # an ISO 8601 duration, or a mistake the adapter names
     try:
         duration = TypeAdapter(timedelta).validate_python(value)
     except ValidationError:

@@ -20,7 +20,7 @@ the task's ``pending_timeout``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
@@ -69,47 +69,44 @@ def defer_while_pending(
     agent: Any,
     log: Any,
 ) -> NoReturn:
-    """Release the worker until the pending requests have results; Airflow then calls ``operator.resume_after_pending``."""
+    """Release the worker until the pending requests have results; Airflow then calls
+    ``operator.resume_after_pending``."""
     poll_interval, max_poll_interval = settings.poll_intervals(agent)
     timeout = _remaining(settings.timeout, tickets)
-    shown = ", ".join(str(ticket) for ticket in tickets)
-    if source is None:
+    shown = "; ".join(ticket.describe() for ticket in tickets) or "its ticket is in the cache"
+    trigger: Any
+    if source is None or not tickets:
         from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 
         log.info(
-            "Durable: %d model request(s) pending at the provider (%s); the triggerer cannot rebuild this agent's "
-            "model (a ready model object, no llm_conn_id / model_id), so the task defers for %.0f s and checks once "
-            "on a worker when it resumes",
+            "Durable: a model request is pending at the provider (%s); %s, so the task defers for %.0f s and checks "
+            "once on a worker when it resumes",
+            shown,
+            "the triggerer cannot rebuild this agent's model (a ready model object, no llm_conn_id / model_id)"
+            if tickets
+            else "the run ended in a PendingModelResponse",
+            poll_interval,
+        )
+        trigger = TimeDeltaTrigger(timedelta(seconds=poll_interval))
+    else:
+        from airflow_pydantic_ai.triggers.pending_request import PendingRequestTrigger
+
+        log.info(
+            "Durable: %d model request(s) pending at the provider (%s); the task defers, the triggerer checks every "
+            "%.0f s or more (pending_timeout: %s), and no worker slot is held until the result is ready",
             len(tickets),
             shown,
             poll_interval,
+            timeout if timeout is not None else "none",
         )
-        operator.defer(
-            trigger=TimeDeltaTrigger(timedelta(seconds=poll_interval)),
-            method_name=RESUME_METHOD,
-            timeout=timeout,
-        )
-    from airflow_pydantic_ai.triggers.pending_request import PendingRequestTrigger
-
-    log.info(
-        "Durable: %d model request(s) pending at the provider (%s); the task defers, the triggerer checks every "
-        "%.0f s or more (pending_timeout: %s), and no worker slot is held until the result is ready",
-        len(tickets),
-        shown,
-        poll_interval,
-        timeout if timeout is not None else "none",
-    )
-    operator.defer(
-        trigger=PendingRequestTrigger(
-            tickets=[ticket.to_json() for ticket in tickets],
+        trigger = PendingRequestTrigger(
+            tickets=[ticket.to_payload() for ticket in tickets],
             llm_conn_id=source.llm_conn_id,
             model_id=source.model_id,
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
-        ),
-        method_name=RESUME_METHOD,
-        timeout=timeout,
-    )
+        )
+    operator.defer(trigger=trigger, method_name=RESUME_METHOD, timeout=timeout)
     raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
 
 
@@ -121,17 +118,12 @@ def _remaining(timeout: timedelta | None, tickets: list[Any]) -> timedelta | Non
     submitted = [at for at in (_submitted_at(ticket) for ticket in tickets) if at is not None]
     if not submitted:
         return timeout
-    waited = datetime.now(timezone.utc) - min(submitted)
+    waited = datetime.now(UTC) - min(submitted)
     return max(timeout - waited, timedelta(seconds=1))
 
 
 def _submitted_at(ticket: Any) -> datetime | None:
     at = getattr(ticket, "submitted_at", None)
-    if isinstance(at, str):
-        try:
-            at = datetime.fromisoformat(at)
-        except ValueError:
-            return None
     if isinstance(at, datetime):
-        return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+        return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
     return None

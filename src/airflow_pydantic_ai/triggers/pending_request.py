@@ -1,10 +1,10 @@
 """The trigger that checks a durable task's pending model requests (a batch, an OpenAI background response) in
 Airflow's triggerer, so that no worker slot is held while the provider works.
 
-It carries only JSON: the tickets' payloads (``PendingTicket.to_json()``), the connection id and the model id. In
+It carries only JSON: the tickets' payloads (``PendingTicket.to_payload()``), the connection id and the model id. In
 the triggerer it rebuilds the model from them (``PydanticAIHook(llm_conn_id).get_model(model_id)``, or pydantic-ai's
-own ``infer_model(model_id)`` without a connection) and asks the engine's ``check_pending(model, ticket)``, pydantic-
-ai's own primitives (``batch_status``, the background response's status), at pydantic-ai's poll interval. A
+own ``infer_model(model_id)`` without a connection) and asks the engine (``PendingTicket.check(model)``: pydantic-ai's
+own primitives (``batch_status``, the background response's status), at pydantic-ai's poll interval. A
 triggerer restart re-creates it from these kwargs and checks again.
 
 It ends with one :class:`~airflow.triggers.base.TriggerEvent` whose payload is a :class:`PendingCheck`'s dict:
@@ -51,7 +51,7 @@ class PendingCheck:
 class PendingRequestTrigger(BaseTrigger):
     """Check pending model requests until each has a result (or one has failed), without a worker.
 
-    :param tickets: The pending requests, each as ``PendingTicket.to_json()`` gives it.
+    :param tickets: The pending requests, each as ``PendingTicket.to_payload()`` gives it.
     :param llm_conn_id: The task's ``pydantic_ai`` connection, the model is rebuilt from it; None: from ``model_id``.
     :param model_id: The model id (``openai-responses:gpt-5``...), overriding the connection's model.
     :param poll_interval: Seconds before the first check; each next wait grows by half (pydantic-ai's schedule).
@@ -85,9 +85,9 @@ class PendingRequestTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_pydantic_ai import _compat
-        from airflow_pydantic_ai.durable import PendingTicket, check_pending
+        from airflow_pydantic_ai.durable import PendingTicket
 
-        waiting = [PendingTicket.from_json(payload) for payload in self.tickets]
+        waiting = [PendingTicket.from_payload(payload) for payload in self.tickets]
         try:
             model = await _in_a_thread(self._model)
         except Exception as error:  # the worker can check instead (a missing SDK, a connection it cannot read)
@@ -109,23 +109,27 @@ class PendingRequestTrigger(BaseTrigger):
             still_waiting = []
             for ticket in waiting:
                 try:
-                    state = await check_pending(model, ticket)
-                except Exception as error:  # noqa: BLE001 - the worker checks again and raises it there
-                    self.log.warning("Durable: checking %s failed (%s: %s)", ticket, type(error).__name__, error)
+                    found = await ticket.check(model)
+                except Exception as error:  # the worker checks again and raises it there
+                    self.log.warning(
+                        "Durable: checking %s failed (%s: %s); the task resumes and checks on a worker",
+                        ticket.describe(),
+                        type(error).__name__,
+                        error,
+                    )
                     yield PendingCheck("unchecked", checks, f"{type(error).__name__}: {error}").to_event()
                     return
-                status = _status_of(state)
-                if status == "failed":
-                    self.log.info("Durable: %s ended without a result (%s)", ticket, state)
-                    yield PendingCheck("failed", checks, str(state)).to_event()
+                if found.state == "failed":
+                    self.log.info("Durable: %s can give no result (%s)", ticket.describe(), found.why or found.status)
+                    yield PendingCheck("failed", checks, found.why or found.status).to_event()
                     return
-                if status == "pending":
+                if found.state == "pending":
                     still_waiting.append(ticket)
             if not still_waiting:
-                self.log.info("Durable: %d pending request(s) have their results after %d check(s)", len(waiting), checks)
+                self.log.info("Durable: %d pending request(s) ready after %d check(s)", len(waiting), checks)
                 yield PendingCheck("ready", checks).to_event()
                 return
-            self.log.info("Durable: %d of %d request(s) still pending (check %d)", len(still_waiting), len(waiting), checks)
+            self.log.info("Durable: %d of %d request(s) pending (check %d)", len(still_waiting), len(waiting), checks)
             waiting = still_waiting
 
     def _model(self) -> Any:
@@ -143,8 +147,3 @@ async def _in_a_thread(function: Any) -> Any:
     from asgiref.sync import sync_to_async
 
     return await sync_to_async(function)()
-
-
-def _status_of(state: Any) -> str:
-    """``pending``, ``ready`` or ``failed``, from what ``check_pending`` answered."""
-    return str(getattr(state, "status", state))
