@@ -105,8 +105,10 @@ def test_a_durable_batched_task_defers_while_pending_resumes_in_the_same_try_and
     assert xcom_value(dr, "digest") == "digest: 3 tickets"
     assert model.batches == 2  # one per model step, none submitted again across the resumes
     assert calls == Counter(model=2, lookup=1)
-    assert len(DEFERS.findall(out)) == 2, out  # each model step waited once, deferred
-    assert out.count(RESUMES) == 2
+    # Each model step defers after its submission; the first check on the worker sees the batch still in progress
+    # (the timer fallback: this agent's model is a ready object), so it defers once more before it collects.
+    assert len(DEFERS.findall(out)) == 4, out
+    assert out.count(RESUMES) == 4
 
 
 def test_batch_true_adds_pydantic_ais_batching_to_the_run(capfd) -> None:
@@ -125,7 +127,7 @@ def test_batch_true_adds_pydantic_ais_batching_to_the_run(capfd) -> None:
 
     assert dr.state == "success"
     assert model.batches == 2
-    assert len(DEFERS.findall(capfd.readouterr().out)) == 2
+    assert len(DEFERS.findall(capfd.readouterr().out)) == 4
 
 
 def test_a_wait_longer_than_execution_timeout_does_not_fail_the_task(capfd) -> None:

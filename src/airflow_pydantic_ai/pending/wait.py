@@ -79,13 +79,13 @@ def defer_while_pending(
         from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 
         log.info(
-            "Durable: a model request is pending at the provider (%s); %s, so the task defers for %.0f s and checks "
-            "once on a worker when it resumes",
+            "Durable: a model request is pending at the provider (%s); %s, so the task defers for %s and checks once "
+            "on a worker when it resumes",
             shown,
             "the triggerer cannot rebuild this agent's model (a ready model object, no llm_conn_id / model_id)"
             if tickets
             else "the run ended in a PendingModelResponse",
-            poll_interval,
+            _seconds(poll_interval),
         )
         trigger = TimeDeltaTrigger(timedelta(seconds=poll_interval))
     else:
@@ -93,10 +93,10 @@ def defer_while_pending(
 
         log.info(
             "Durable: %d model request(s) pending at the provider (%s); the task defers, the triggerer checks every "
-            "%.0f s or more (pending_timeout: %s), and no worker slot is held until the result is ready",
+            "%s or more (pending_timeout: %s), and no worker slot is held until the result is ready",
             len(tickets),
             shown,
-            poll_interval,
+            _seconds(poll_interval),
             timeout if timeout is not None else "none",
         )
         trigger = PendingRequestTrigger(
@@ -127,3 +127,8 @@ def _submitted_at(ticket: Any) -> datetime | None:
     if isinstance(at, datetime):
         return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
     return None
+
+
+def _seconds(seconds: float) -> str:
+    """``30 s``, ``0.05 s``: a poll interval as the log shows it."""
+    return f"{seconds:g} s"
