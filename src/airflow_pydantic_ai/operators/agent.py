@@ -443,7 +443,7 @@ class AgentOperator(BaseOperator):
             usage_limits=self.usage_limits,
             deps=self.deps,
             event_stream_handler=self.event_stream_handler,
-            capabilities=[NoWaiting()],
+            capabilities=[NoWaiting(), *self._pending.capabilities()],
         )
 
 
