@@ -433,18 +433,20 @@ def durable_cluster(
     login: tuple[str, str] | None = None,
     request_timeout: float = 60,
     ready_timeout: float = 180,
+    triggerer: bool = False,
 ) -> Iterator[AirflowCluster]:
     """A running Airflow (scheduler, dag-processor, api-server) with ``dag_file`` in its dags folder and
     its durable cache under ``root/cache`` (``file://``); stopped, children and all, on exit.
 
     The one start-up of the scheduler tests: the timeouts allow a loaded 2-core machine (migrating, or
     starting the api-server, can take over a minute there). ``login``: the (username, password) REST
-    calls use, for a cluster with users of its own.
+    calls use, for a cluster with users of its own. ``triggerer``: also run a triggerer (deferred tasks).
     """
     cluster = AirflowCluster.create(
         root,
         dag_files=[dag_file],
         extra_env={"AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{root / 'cache'}", **(extra_env or {})},
+        triggerer=triggerer,
     )
     if login is not None:
         cluster.login_as(*login)
