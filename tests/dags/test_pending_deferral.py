@@ -196,3 +196,24 @@ def test_a_durable_task_that_batches_nothing_never_defers(capfd) -> None:
     assert model.batches == 0
     assert not DEFERS.search(out) and RESUMES not in out
     assert "without durable=True" not in out
+
+
+def test_the_decorator_takes_batch_too(capfd) -> None:
+    from airflow.sdk import task
+
+    calls: Counter[str] = Counter()
+    model = HeldBatches(_looks_up_then_answers(calls), hold=0)
+    with make_dag("pending_decorator", retries=1) as dag:
+
+        @task.pydantic_ai(agent=_nightly_agent(model, calls), durable=True, batch=_fast_batching())
+        def digest() -> str:
+            return "summarize the night"
+
+        digest()
+
+    dr = run_dag(dag)
+
+    assert dr.state == "success"
+    assert xcom_value(dr, "digest") == "digest: 3 tickets"
+    assert model.batches == 2
+    assert len(DEFERS.findall(capfd.readouterr().out)) == 2  # each step deferred once; ready at the first check
