@@ -436,14 +436,17 @@ class AgentOperator(BaseOperator):
         """The run's result, without durability (a tool that asks for approval fails the task: see
         :mod:`~airflow_pydantic_ai.operators.plain_run`)."""
         from airflow_pydantic_ai.operators.plain_run import NoWaiting
+        from airflow_pydantic_ai.pending import PendingSettings
 
+        # read at the start of the try (execute); checked here when called on its own
+        pending = self.__dict__.get("_pending") or PendingSettings.checked(self.pending_timeout, self.batch)
         return agent.run_sync(
             prompt,
             model=model,
             usage_limits=self.usage_limits,
             deps=self.deps,
             event_stream_handler=self.event_stream_handler,
-            capabilities=[NoWaiting(), *self._pending.capabilities()],
+            capabilities=[NoWaiting(), *pending.capabilities()],
         )
 
 
