@@ -4,7 +4,7 @@ model rebuilt from the connection, and the task resumes in the same try and succ
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("airflow_db")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 TRIGGERER_CHECKS = "the task defers, the triggerer checks every"
-NIGHT = datetime(2026, 12, 5, tzinfo=timezone.utc)
+NIGHT = datetime(2026, 12, 5, tzinfo=UTC)
 READY = "resumed after a pending model request: ready after"
 
 
@@ -60,6 +60,8 @@ def test_the_background_example_defers_while_the_response_runs(
 
     assert dr.state == "success", out
     assert task_states(dr)[("research_report", -1)] == ("success", 1)
-    assert xcom_value(dr, "research_report") == "answer to: Write a report on the reliability of nightly data pipelines."
+    assert (
+        xcom_value(dr, "research_report") == "answer to: Write a report on the reliability of nightly data pipelines."
+    )
     assert openai_batch_server.counters.background_creates == 1
     assert TRIGGERER_CHECKS in out
