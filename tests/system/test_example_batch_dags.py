@@ -60,8 +60,7 @@ def test_the_background_example_defers_while_the_response_runs(
 
     assert dr.state == "success", out
     assert task_states(dr)[("research_report", -1)] == ("success", 1)
-    assert (
-        xcom_value(dr, "research_report") == "answer to: Write a report on the reliability of nightly data pipelines."
-    )
+    report = xcom_value(dr, "research_report")
+    assert report == "answer to: Write a report on the reliability of nightly data pipelines."
     assert openai_batch_server.counters.background_creates == 1
     assert TRIGGERER_CHECKS in out

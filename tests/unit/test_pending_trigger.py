@@ -95,7 +95,7 @@ def test_the_trigger_checks_until_the_batch_has_its_result_then_fires_once(tmp_p
 def test_a_trigger_recreated_from_its_serialized_kwargs_goes_on_checking_the_same_batch(tmp_path) -> None:
     model = HeldBatches(hold=2)
     tickets = _submitted(tmp_path, model)
-    classpath, kwargs = _trigger(tickets, model).serialize()  # what the triggerer stores, and a restart reads
+    _, kwargs = _trigger(tickets, model).serialize()  # what the triggerer stores, and a restart reads
 
     again = TriggerWithModel(**kwargs)
     again.model = model
