@@ -46,6 +46,7 @@ os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
 
 import pytest  # noqa: E402
+from tests.helpers.batch_servers import anthropic_batch_server, openai_batch_server  # noqa: E402, F401
 from tests.helpers.s3 import S3Bucket, S3Server  # noqa: E402
 
 TIERS = ("unit", "dags", "system")
