@@ -26,6 +26,7 @@ __all__ = [
     "batch_poll_defaults",
     "clear_asks_to_keep_task_state",
     "cli_command_prefix",
+    "durable_batching_unsupported",
     "ensure_metadata_db",
     "get_fernet",
     "hitl_parks_for_input",
@@ -202,6 +203,25 @@ def batch_model_requests() -> Any:
             f"pydantic-ai-slim {BATCH_RELEASE} or later: pip install 'pydantic-ai-slim>={BATCH_RELEASE}'"
         ) from error
     return BatchModelRequests
+
+
+DURABLE_BATCH_RELEASE = "2.78"
+"""The oldest pydantic-ai-slim whose batch and background requests a durable task records and defers on: the engine
+stops a run at a pending request without pydantic-ai cancelling it (``models._continuation.mark_run_suspended``)."""
+
+
+def durable_batching_unsupported() -> str:
+    """Why a durable task cannot batch with the installed pydantic-ai ("" when it can): the error names the release
+    that can (feature detection: ``pydantic_ai.models._continuation.mark_run_suspended``, new in 2.78)."""
+    try:
+        from pydantic_ai.models._continuation import mark_run_suspended  # noqa: F401
+    except ImportError:
+        return (
+            "a durable task records batch and background model requests (BatchModelRequests, batch=, "
+            f"openai_background) and waits for them deferred with pydantic-ai-slim {DURABLE_BATCH_RELEASE} or later: "
+            f"pip install 'pydantic-ai-slim>={DURABLE_BATCH_RELEASE}' (or run the task without batching)"
+        )
+    return ""
 
 
 def agent_capabilities(agent: Any) -> list[Any]:

@@ -18,10 +18,14 @@ from pydantic_ai.capabilities import BatchModelRequests
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from tests.helpers.airflow_run import make_dag, run_dag, task_states, xcom_value
+from tests.helpers.compat import requires_pydantic_ai
 
 from airflow_pydantic_ai.operators.agent import AgentOperator
 
-pytestmark = pytest.mark.usefixtures("airflow_db", "cache_base")
+pytestmark = [
+    pytest.mark.usefixtures("airflow_db", "cache_base"),
+    requires_pydantic_ai("2.78", "a durable run stopped at a pending request"),
+]
 
 DEFERS = re.compile(r"pending at the provider .* so the task defers for")
 RESUMES = "Durable: resumed after a pending model request"

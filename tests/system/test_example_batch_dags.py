@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 from tests.helpers.airflow_run import run_dag, task_states, xcom_value
 from tests.helpers.batch_servers import batching, fast_background
-from tests.helpers.compat import dagbag_api
+from tests.helpers.compat import dagbag_api, requires_pydantic_ai
 
-pytestmark = pytest.mark.usefixtures("airflow_db")
+pytestmark = [
+    pytest.mark.usefixtures("airflow_db"),
+    requires_pydantic_ai("2.78", "a durable run stopped at a pending request"),
+]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 TRIGGERER_CHECKS = "the task defers, the triggerer checks every"

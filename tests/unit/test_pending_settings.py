@@ -127,3 +127,24 @@ def test_the_trigger_event_round_trips_and_another_triggers_event_is_no_check() 
     assert PendingCheck.from_event(check.to_event().payload) == check
     assert PendingCheck.from_event(None) is None
     assert PendingCheck.from_event("2026-12-06T00:00:00+00:00") is None  # the plain timer's event
+
+
+def test_a_durable_batching_run_under_a_pydantic_ai_without_support_names_the_release(monkeypatch) -> None:
+    from airflow_pydantic_ai.pending.settings import refuse_unsupported_batching
+
+    batching_agent = Agent(TestModel(), capabilities=[BatchModelRequests()])
+    refuse_unsupported_batching(Agent(TestModel()), PendingSettings())  # no batching: nothing to refuse
+    monkeypatch.setattr(_compat, "durable_batching_unsupported", lambda: "needs pydantic-ai-slim 2.78 or later")
+    refuse_unsupported_batching(Agent(TestModel()), PendingSettings())
+
+    with pytest.raises(RuntimeError, match=r"pydantic-ai-slim 2\.78 or later"):
+        refuse_unsupported_batching(batching_agent, PendingSettings())
+
+
+def test_the_installed_pydantic_ai_says_whether_durable_batching_works() -> None:
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    supported = Version(version("pydantic-ai-slim")) >= Version(_compat.DURABLE_BATCH_RELEASE)
+    assert (_compat.durable_batching_unsupported() == "") is supported

@@ -16,10 +16,13 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import BatchModelRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from tests.helpers.compat import requires_pydantic_ai
 from tests.helpers.durable import DurableHarness
 
 from airflow_pydantic_ai.durable import PendingTicket, RequestPending, run_agent
 from airflow_pydantic_ai.triggers.pending_request import PendingCheck, PendingRequestTrigger
+
+pytestmark = requires_pydantic_ai("2.78", "a durable run stopped at a pending request")
 
 
 class HeldBatches(FunctionModel):

@@ -342,6 +342,9 @@ class AgentOperator(BaseOperator):
                 return self._complete(context, run, recorded.value)
             prompt, agent, model = self._prepare(context)
             _refuse_external_tools(agent)
+            from airflow_pydantic_ai.pending.settings import refuse_unsupported_batching
+
+            refuse_unsupported_batching(agent, self._pending, model)
             if continues:
                 pass  # after a pending request: the steps replay, the engine collects the result
             elif resume is None:

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["DEFAULT_PENDING_TIMEOUT", "LOST_WORKER_WARNING", "PendingSettings", "uses_provider_side_work"]
+__all__ = [
+    "DEFAULT_PENDING_TIMEOUT",
+    "LOST_WORKER_WARNING",
+    "PendingSettings",
+    "refuse_unsupported_batching",
+    "uses_provider_side_work",
+]
 
 DEFAULT_PENDING_TIMEOUT = timedelta(hours=24)
 """The providers' completion window: OpenAI's and Anthropic's batches end within 24 hours (expired otherwise)."""
@@ -107,3 +113,13 @@ def uses_provider_side_work(agent: Any, settings: PendingSettings, model: Any = 
     agent_model = getattr(agent, "model", None)
     settings_of_model = getattr(agent_model, "settings", None)
     return isinstance(settings_of_model, dict) and bool(settings_of_model.get("openai_background"))
+
+
+def refuse_unsupported_batching(agent: Any, settings: PendingSettings, model: Any = None) -> None:
+    """A durable run that batches (or uses background mode) under a pydantic-ai that cannot be recorded so fails
+    before any request, naming the release to install."""
+    from airflow_pydantic_ai import _compat
+
+    why = _compat.durable_batching_unsupported()
+    if why and uses_provider_side_work(agent, settings, model):
+        raise RuntimeError(why)
