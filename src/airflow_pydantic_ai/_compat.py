@@ -20,13 +20,18 @@ import functools
 from typing import Any
 
 __all__ = [
+    "agent_capabilities",
     "airflow_version_at_least",
+    "batch_model_requests",
+    "batch_poll_defaults",
     "clear_asks_to_keep_task_state",
     "cli_command_prefix",
+    "durable_batching_unsupported",
     "ensure_metadata_db",
     "get_fernet",
     "hitl_parks_for_input",
     "load_dags",
+    "poll_delay",
     "read_xcom",
     "redact",
     "rendered_fields_of",
@@ -181,6 +186,78 @@ def set_model_settings(model: Any, settings: Any) -> None:
     ``model.settings`` reflects it).
     """
     model._settings = settings
+
+
+BATCH_RELEASE = "2.62"
+"""The oldest pydantic-ai-slim this package supports; ``BatchModelRequests`` and ``openai_background`` are in it
+(checked in the 2.62, 2.68 and 2.78 wheels)."""
+
+
+def batch_model_requests() -> Any:
+    """pydantic-ai's ``BatchModelRequests`` capability class; an ImportError naming the release that has it."""
+    try:
+        from pydantic_ai.capabilities import BatchModelRequests
+    except ImportError as error:
+        raise ImportError(
+            "batched model requests (AgentOperator(batch=...), pydantic_ai.capabilities.BatchModelRequests) need "
+            f"pydantic-ai-slim {BATCH_RELEASE} or later: pip install 'pydantic-ai-slim>={BATCH_RELEASE}'"
+        ) from error
+    return BatchModelRequests
+
+
+DURABLE_BATCH_RELEASE = "2.78"
+"""The oldest pydantic-ai-slim whose batch and background requests a durable task records and defers on: the engine
+stops a run at a pending request without pydantic-ai cancelling it (``models._continuation.mark_run_suspended``)."""
+
+
+def durable_batching_unsupported() -> str:
+    """Why a durable task cannot batch with the installed pydantic-ai ("" when it can): the error names the release
+    that can (feature detection: ``pydantic_ai.models._continuation.mark_run_suspended``, new in 2.78)."""
+    try:
+        from pydantic_ai.models._continuation import mark_run_suspended  # noqa: F401
+    except ImportError:
+        return (
+            "a durable task records batch and background model requests (BatchModelRequests, batch=, "
+            f"openai_background) and waits for them deferred with pydantic-ai-slim {DURABLE_BATCH_RELEASE} or later: "
+            f"pip install 'pydantic-ai-slim>={DURABLE_BATCH_RELEASE}' (or run the task without batching)"
+        )
+    return ""
+
+
+def agent_capabilities(agent: Any) -> list[Any]:
+    """The leaf capabilities an agent was built with (its ``capabilities=``), in application order.
+
+    pydantic-ai keeps them under the private ``Agent._root_capability`` (checked on 2.62, 2.68 and 2.78); empty
+    when a release no longer has it.
+    """
+    root = getattr(agent, "_root_capability", None)
+    leaves: list[Any] = []
+    if root is not None:
+        root.apply(leaves.append)
+    return leaves
+
+
+def batch_poll_defaults() -> tuple[float, float]:
+    """pydantic-ai's default ``(poll_interval, max_poll_interval)`` of a batch, in seconds (private
+    ``pydantic_ai.models._batch_settings``, checked on 2.62, 2.68 and 2.78; 30 s and 10 min there)."""
+    try:
+        from pydantic_ai.models._batch_settings import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL
+    except ImportError:
+        return 30.0, 600.0
+    return DEFAULT_POLL_INTERVAL.total_seconds(), DEFAULT_MAX_POLL_INTERVAL.total_seconds()
+
+
+def poll_delay(checks: int, poll_interval: float, max_poll_interval: float) -> float:
+    """Seconds to wait before the next check of a pending request after ``checks`` checks: pydantic-ai's own
+    schedule (private ``pydantic_ai.models._batch_settings.poll_delay``, checked on 2.62, 2.68 and 2.78: the wait
+    grows by half per check up to the maximum), or that schedule written out where it is missing."""
+    from datetime import timedelta
+
+    try:
+        from pydantic_ai.models._batch_settings import poll_delay as pydantic_ai_poll_delay
+    except ImportError:
+        return float(min(poll_interval * 1.5**checks, max_poll_interval))
+    return float(pydantic_ai_poll_delay(checks, timedelta(seconds=poll_interval), timedelta(seconds=max_poll_interval)))
 
 
 def run_id_from_view_link(run_id: str) -> str:

@@ -53,6 +53,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_pydantic_ai.operators.agent"],
             }
         ],
+        "triggers": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": ["airflow_pydantic_ai.triggers.pending_request"],
+            }
+        ],
         "connection-types": [
             {
                 "connection-type": "pydantic_ai",

@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 #: Components started by :meth:`AirflowCluster.start`. ``airflow standalone`` would also start
-#: a triggerer, which nothing here needs and which costs CPU on a small machine.
+#: a triggerer, which most tests do not need and which costs CPU on a small machine: a test of a
+#: deferring task asks for it (``AirflowCluster.create(..., triggerer=True)``).
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
+TRIGGERER = "triggerer"
 
 #: Variables of the parent environment the cluster must not inherit: the test session's
 #: Airflow settings (conftest.py) and anything that would point the children elsewhere.
@@ -131,11 +133,16 @@ class AirflowCluster:
     """(username, password) for POST /auth/token; None: the all-admins GET /auth/token."""
     request_timeout: float = 30
     """Seconds one REST call may take (raise it on a loaded machine)."""
+    components: tuple[str, ...] = COMPONENTS
+    """What :meth:`start` runs (``COMPONENTS``, plus ``triggerer`` for deferring tasks)."""
     _token: str | None = None
 
     @classmethod
-    def create(cls, root: Path, dag_files: list[Path], extra_env: dict[str, str] | None = None) -> AirflowCluster:
-        """A cluster whose home is ``root/airflow_home`` and whose dags folder holds copies of ``dag_files``."""
+    def create(
+        cls, root: Path, dag_files: list[Path], extra_env: dict[str, str] | None = None, triggerer: bool = False
+    ) -> AirflowCluster:
+        """A cluster whose home is ``root/airflow_home`` and whose dags folder holds copies of ``dag_files``;
+        ``triggerer``: also run a triggerer (deferred tasks resume only through one)."""
         home = root / "airflow_home"
         dags_folder = root / "dags"
         home.mkdir(parents=True)
@@ -144,7 +151,8 @@ class AirflowCluster:
             shutil.copy(dag_file, dags_folder / dag_file.name)
         port = free_port()
         env = cluster_env(home, dags_folder, port, log_server_port=free_port(), extra=extra_env)
-        return cls(home=home, env=env, port=port)
+        components = (*COMPONENTS, TRIGGERER) if triggerer else COMPONENTS
+        return cls(home=home, env=env, port=port, components=components)
 
     @contextmanager
     def running(self, ready_timeout: float = 60, migrate_timeout: float = 60) -> Iterator[AirflowCluster]:
@@ -213,7 +221,7 @@ class AirflowCluster:
     def start(self) -> None:
         """Start every component in its own session, its output going to its own log file."""
         self.component_logs.mkdir(parents=True, exist_ok=True)
-        for name in COMPONENTS:
+        for name in self.components:
             with self.log_file(name).open("wb") as log:
                 self.processes[name] = subprocess.Popen(
                     ["airflow", name],
@@ -260,11 +268,14 @@ class AirflowCluster:
                 health = None
             if health and all(
                 (health.get(component) or {}).get("status") == "healthy"
-                for component in ("metadatabase", "scheduler", "dag_processor")
+                for component in ("metadatabase", "scheduler", "dag_processor", *self._health_of_triggerer())
             ):
                 return
             time.sleep(0.5)
         raise ClusterError(f"Airflow not ready after {timeout} s (last health: {health}):\n{self.tails()}")
+
+    def _health_of_triggerer(self) -> tuple[str, ...]:
+        return ("triggerer",) if TRIGGERER in self.components else ()
 
     # -- REST API ----------------------------------------------------------------------
 
@@ -422,18 +433,20 @@ def durable_cluster(
     login: tuple[str, str] | None = None,
     request_timeout: float = 60,
     ready_timeout: float = 180,
+    triggerer: bool = False,
 ) -> Iterator[AirflowCluster]:
     """A running Airflow (scheduler, dag-processor, api-server) with ``dag_file`` in its dags folder and
     its durable cache under ``root/cache`` (``file://``); stopped, children and all, on exit.
 
     The one start-up of the scheduler tests: the timeouts allow a loaded 2-core machine (migrating, or
     starting the api-server, can take over a minute there). ``login``: the (username, password) REST
-    calls use, for a cluster with users of its own.
+    calls use, for a cluster with users of its own. ``triggerer``: also run a triggerer (deferred tasks).
     """
     cluster = AirflowCluster.create(
         root,
         dag_files=[dag_file],
         extra_env={"AIRFLOW__PYDANTIC_AI__DURABLE_CACHE_PATH": f"file://{root / 'cache'}", **(extra_env or {})},
+        triggerer=triggerer,
     )
     if login is not None:
         cluster.login_as(*login)

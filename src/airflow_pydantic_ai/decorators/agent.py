@@ -89,6 +89,9 @@ def agent_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any)
             return f"Summarize: {text}"
 
     :param python_callable: The function to decorate.
+    :param batch: As on ``AgentOperator``: ``True`` or a ``BatchModelRequests(...)`` sends the run's model requests
+        through the provider's batch API; with ``durable=True`` the task defers while they are pending
+        (``pending_timeout``, default 24 hours). See ``docs/batch.rst``.
     :param on_unknown_outcome: As on ``AgentOperator``: what a try does with an ``at_most_once()`` call an earlier
         try started and never finished, ``"ask"`` (a person, on the Required Actions page), ``"fail"`` or
         ``"rerun"``; None: ``[pydantic_ai] durable_on_unknown_outcome``. Checked when the DAG is parsed.

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from airflow_pydantic_ai.approval import Resume
     from airflow_pydantic_ai.durable import Attempt
+    from airflow_pydantic_ai.pending import PendingSettings
     from airflow_pydantic_ai.tries.modes import ModeSettings
 
 __all__ = ["AgentOperator"]
@@ -42,6 +43,11 @@ class AgentOperator(BaseOperator):
     slot; the answer's decisions are recorded like steps and the run goes on (see ``docs/approval.rst``).
     So does an ``at_most_once()`` tool call that an earlier try started and never finished, as
     ``on_unknown_outcome`` says (see ``docs/side_effects.rst``).
+
+    Model requests sent through the provider's batch API (pydantic-ai's ``BatchModelRequests`` on the agent, or
+    ``batch=``) or OpenAI's background mode (``openai_background``): with ``durable=True`` the submission is
+    recorded before the wait, the task defers while the provider works (Airflow's triggerer checks the request;
+    no worker slot is held), and it resumes on a worker when the result is ready (see ``docs/batch.rst``).
 
     :param prompt: The user prompt. (templated)
     :param llm_conn_id: A ``pydantic_ai`` connection (API key, base URL, model in its extra). With
@@ -99,18 +105,35 @@ class AgentOperator(BaseOperator):
         under test); every other tool replays its recorded result.
     :param durable_keep_cache: Keep the cache after the task succeeded (to export it as a fixture);
         by default a successful task deletes it.
+    :param batch: ``True`` adds pydantic-ai's ``BatchModelRequests()`` to the run (or give your own
+        ``BatchModelRequests(...)``): every model request goes through the provider's batch API (about half the
+        price; results within up to 24 hours). The agent's own ``BatchModelRequests`` works the same without it.
+        Without ``durable=True`` a WARNING says that a lost worker submits again.
+    :param pending_timeout: How long the task waits deferred for one pending request (a batch, a background
+        response) before it fails (a retry picks up the same request): a timedelta, seconds or an ISO 8601
+        duration; None waits without limit. Default 24 hours, the providers' batch completion window. It does not
+        count against ``execution_timeout``, which times the work on a worker only. (templated)
     """
 
-    template_fields: Sequence[str] = ("prompt", "system_prompt", "model_id", "durable_cache_path", "durable_fixtures")
+    template_fields: Sequence[str] = (
+        "prompt",
+        "system_prompt",
+        "model_id",
+        "durable_cache_path",
+        "durable_fixtures",
+        "pending_timeout",
+    )
     template_fields_renderers: ClassVar[dict[str, str]] = {"prompt": "md", "system_prompt": "md"}
     ui_color = "#e8d5f5"
     _modes: ModeSettings
+    _pending: PendingSettings
     _SHARED_WHEN_COPIED: ClassVar[tuple[str, ...]] = (
         "agent",
         "deps",
         "toolsets",
         "output_type",
         "event_stream_handler",
+        "batch",
     )
     """What every copy of the task shares with the original (Airflow deep-copies a task for a subset, a clear,
     a test run): a ready agent holds a ``ContextVar`` and locks that cannot be copied, and deps, toolsets and
@@ -142,6 +165,8 @@ class AgentOperator(BaseOperator):
         durable_fixtures: str | None = None,
         durable_live_tools: Collection[str] = (),
         durable_keep_cache: bool = False,
+        batch: Any = None,
+        pending_timeout: Any = timedelta(hours=24),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -158,6 +183,10 @@ class AgentOperator(BaseOperator):
         from airflow_pydantic_ai.approval import ApprovalSettings
 
         self.approval = ApprovalSettings.checked(approval_timeout, on_approval_timeout, approval_assigned_users)
+        from airflow_pydantic_ai.pending import PendingSettings
+
+        if not (isinstance(pending_timeout, str) and "{{" in pending_timeout):  # a template is checked per try
+            PendingSettings.checked(pending_timeout, batch)
         if agent is not None:
             conflicts = {"system_prompt": system_prompt, "toolsets": toolsets, "agent_params": agent_params}
             given = [name for name, value in conflicts.items() if value]
@@ -191,6 +220,8 @@ class AgentOperator(BaseOperator):
         self.durable_fixtures = durable_fixtures
         self.durable_live_tools = tuple(durable_live_tools)
         self.durable_keep_cache = durable_keep_cache
+        self.batch = batch
+        self.pending_timeout = pending_timeout
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AgentOperator:
         # An object already in the memo is "copied" as itself: the rest of the task is copied as Airflow does.
@@ -237,7 +268,23 @@ class AgentOperator(BaseOperator):
         with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=Resume.from_kwargs(event, kwargs))
 
-    def _execute(self, context: Any, resume: Resume | None) -> Any:
+    def resume_after_pending(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
+        """Airflow calls this (instead of ``execute``) when the triggerer saw the pending model requests' results
+        (or could not check them): the try replays its steps and collects the results."""
+        from airflow_pydantic_ai.tries.modes import replay_misses_fail_at_once
+        from airflow_pydantic_ai.triggers.pending_request import PendingCheck
+
+        check = PendingCheck.from_event(event)
+        self.log.info(
+            "Durable: resumed after a pending model request: %s",
+            f"{check.status} after {check.checks} check(s) in the triggerer {check.detail}".rstrip()
+            if check is not None
+            else "the wait is over, checking on this worker",
+        )
+        with replay_misses_fail_at_once(self.task_id):
+            return self._execute(context, resume=None, continues=True)
+
+    def _execute(self, context: Any, resume: Resume | None, continues: bool = False) -> Any:
         from airflow_pydantic_ai.tries.modes import ModeSettings
         from airflow_pydantic_ai.tries.settings import DurableArguments
 
@@ -253,10 +300,17 @@ class AgentOperator(BaseOperator):
             on_unknown_outcome=self.on_unknown_outcome,
         )
         self._modes = ModeSettings.of(arguments)
+        from airflow_pydantic_ai.pending import PendingSettings
+
+        self._pending = PendingSettings.checked(self.pending_timeout, self.batch)
         if not self._modes.durable(arguments.durable):
             prompt, agent, model = self._prepare(context)
             _refuse_approvals_without_durable(agent)
             _refuse_external_tools(agent)
+            from airflow_pydantic_ai.pending.settings import LOST_WORKER_WARNING, uses_provider_side_work
+
+            if uses_provider_side_work(agent, self._pending, model):
+                self.log.warning(LOST_WORKER_WARNING, self.task_id)
             return _to_xcom(self._run_plain(agent, prompt, model).output)
         from airflow_pydantic_ai.durable import Attempt, run_agent
         from airflow_pydantic_ai.tries.lifecycle import hint_at_retries, note_how_the_try_ends, start_durable_run
@@ -269,8 +323,9 @@ class AgentOperator(BaseOperator):
                 context,
                 log=self.log,
                 arguments=arguments,
-                resuming=resume is not None,
+                resuming=resume is not None or continues,
                 modes=self._modes,
+                defer_pending=True,
                 usage_limits=self.usage_limits,
             )
         except BaseException:
@@ -287,12 +342,18 @@ class AgentOperator(BaseOperator):
                 return self._complete(context, run, recorded.value)
             prompt, agent, model = self._prepare(context)
             _refuse_external_tools(agent)
-            if resume is None:
+            from airflow_pydantic_ai.pending.settings import refuse_unsupported_batching
+
+            refuse_unsupported_batching(agent, self._pending, model)
+            if continues:
+                pass  # after a pending request: the steps replay, the engine collects the result
+            elif resume is None:
                 hint_at_retries(context, log=self.log, asks_for_approval=bool(_tools_needing_approval(agent)))
             else:
                 from airflow_pydantic_ai.approval import record_answer
 
                 record_answer(run, resume, settings=self.approval, log=self.log)
+            from airflow_pydantic_ai.durable import RequestPending
             from airflow_pydantic_ai.durable.side_effects import AskAboutOutcome
 
             try:
@@ -304,7 +365,10 @@ class AgentOperator(BaseOperator):
                     usage_limits=self.usage_limits,
                     deps=self.deps,
                     event_stream_handler=self.event_stream_handler,
+                    capabilities=self._pending.capabilities(),
                 )
+            except RequestPending as pending:  # a batch or background request: wait in the triggerer
+                self._defer_while_pending(pending.tickets, agent)
             except AskAboutOutcome as question:  # on_unknown_outcome='ask': a call an earlier try never finished
                 from airflow_pydantic_ai.approval import ask_about_outcome
 
@@ -317,7 +381,18 @@ class AgentOperator(BaseOperator):
                 from airflow_pydantic_ai.approval import ask
 
                 ask(self, context, result, prompt=prompt, settings=self.approval, previous=resume, log=self.log)
+            from airflow_pydantic_ai.pending import pending_output
+
+            if pending_output(result.output):  # PendingModelResponse in the output type: wait, never push a ticket
+                self._defer_while_pending([], agent)  # the submission is in the cache: the resumed try checks it
             return self._complete(context, run, _to_xcom(result.output))
+
+    def _defer_while_pending(self, tickets: list[Any], agent: Agent[Any, Any]) -> Any:
+        """Release the worker until the provider has the results (:mod:`~airflow_pydantic_ai.pending.wait`)."""
+        from airflow_pydantic_ai.pending import ModelSource, defer_while_pending
+
+        source = ModelSource.of(llm_conn_id=self.llm_conn_id, model_id=self.model_id, agent=agent)
+        defer_while_pending(self, tickets=tickets, source=source, settings=self._pending, agent=agent, log=self.log)
 
     def _prepare(self, context: Any) -> tuple[str, Agent[Any, Any], Any]:
         """The prompt of this try, the agent, and the model to run it with (None: the agent's own)."""
@@ -364,14 +439,17 @@ class AgentOperator(BaseOperator):
         """The run's result, without durability (a tool that asks for approval fails the task: see
         :mod:`~airflow_pydantic_ai.operators.plain_run`)."""
         from airflow_pydantic_ai.operators.plain_run import NoWaiting
+        from airflow_pydantic_ai.pending import PendingSettings
 
+        # read at the start of the try (execute); checked here when called on its own
+        pending = self.__dict__.get("_pending") or PendingSettings.checked(self.pending_timeout, self.batch)
         return agent.run_sync(
             prompt,
             model=model,
             usage_limits=self.usage_limits,
             deps=self.deps,
             event_stream_handler=self.event_stream_handler,
-            capabilities=[NoWaiting()],
+            capabilities=[NoWaiting(), *pending.capabilities()],
         )
 
 

@@ -127,6 +127,7 @@ def start_durable_run(
     modes: ModeSettings | None = None,
     usage_limits: UsageLimits | None = None,
     no_person: str | None = None,
+    defer_pending: bool = False,
 ) -> Attempt:
     """Open the durable cache of the running task instance and start this try.
 
@@ -142,6 +143,9 @@ def start_durable_run(
 
     ``no_person``: why nobody can be asked about a call in doubt in this try (:func:`durable_attempt`); None:
     the task asks through human-in-the-loop (``on_unknown_outcome='ask'``, :func:`outcome_rules`).
+
+    ``defer_pending``: the task can defer while a batch or background model request is pending (the operator),
+    so the engine raises ``RequestPending`` after recording the submission instead of waiting on the worker.
     """
     # Here, not at the top: the cache commands import this module and never need pydantic-ai.
     from airflow_pydantic_ai.durable import Attempt, AttemptOptions
@@ -194,6 +198,7 @@ def start_durable_run(
         recording=recording,
         unknown_outcome=outcome_rules(arguments.on_unknown_outcome, identity, no_person=no_person),
         start_over=start_over or (modes.start_over if modes is not None else ""),
+        defer_pending=defer_pending,
     )
     run = Attempt.open(store, attempt=this_try.try_number or 1, log=log, options=options)
     if after_clear is not None and not after_clear.fresh:

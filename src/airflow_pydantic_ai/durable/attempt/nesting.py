@@ -102,6 +102,9 @@ class AttemptFamily:
     """The attempt's run each pydantic-ai run id records into (a second durable capability on a run stays inert)."""
     warned: set[str] = field(default_factory=set)
     """One-per-attempt warnings already given."""
+    defer_pending: bool = False
+    """``AttemptOptions.defer_pending``: a request the provider works on stops the run once its submission is
+    recorded (``steps/pending_step.py``)."""
     continuations: int = 0
     """Stable run ids given so far to runs that claim the attempt's first run (``run_agent``'s run, then each of
     its continuations after an approval stop): the next one's continuation number."""

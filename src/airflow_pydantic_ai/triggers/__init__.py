@@ -1,0 +1,1 @@
+"""Triggers that wait in Airflow's triggerer, holding no worker slot (the provider's ``triggers:`` entry)."""
