@@ -175,7 +175,7 @@ def test_work_done_outside_the_agent_is_refused_naming_the_tool(tmp_path: Path) 
     from pydantic_ai.toolsets import ExternalToolset
 
     from airflow_pydantic_ai.durable.interception.approvals import ApprovalsUnsupported
-    from airflow_pydantic_ai.operators.agent import _refuse_external_tools
+    from airflow_pydantic_ai.operators.agent_checks import refuse_external_tools as _refuse_external_tools
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[ToolCallPart("render_video", {}, tool_call_id="v1")])

@@ -8,6 +8,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
+from airflow_pydantic_ai.operators.agent_checks import (
+    refuse_approvals_without_durable,
+    refuse_external_tools,
+    to_xcom,
+    tools_needing_approval,
+    waits_for_a_person,
+)
+
 if TYPE_CHECKING:
     from pydantic_ai import Agent
     from pydantic_ai.usage import UsageLimits
@@ -271,16 +279,10 @@ class AgentOperator(BaseOperator):
     def resume_after_pending(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
         """Airflow calls this (instead of ``execute``) when the triggerer saw the pending model requests' results
         (or could not check them): the try replays its steps and collects the results."""
+        from airflow_pydantic_ai.pending.wait import log_resume
         from airflow_pydantic_ai.tries.modes import replay_misses_fail_at_once
-        from airflow_pydantic_ai.triggers.pending_request import PendingCheck
 
-        check = PendingCheck.from_event(event)
-        self.log.info(
-            "Durable: resumed after a pending model request: %s",
-            f"{check.status} after {check.checks} check(s) in the triggerer {check.detail}".rstrip()
-            if check is not None
-            else "the wait is over, checking on this worker",
-        )
+        log_resume(self.log, event)
         with replay_misses_fail_at_once(self.task_id):
             return self._execute(context, resume=None, continues=True)
 
@@ -305,13 +307,13 @@ class AgentOperator(BaseOperator):
         self._pending = PendingSettings.checked(self.pending_timeout, self.batch)
         if not self._modes.durable(arguments.durable):
             prompt, agent, model = self._prepare(context)
-            _refuse_approvals_without_durable(agent)
-            _refuse_external_tools(agent)
+            refuse_approvals_without_durable(agent)
+            refuse_external_tools(agent)
             from airflow_pydantic_ai.pending.settings import LOST_WORKER_WARNING, uses_provider_side_work
 
             if uses_provider_side_work(agent, self._pending, model):
                 self.log.warning(LOST_WORKER_WARNING, self.task_id)
-            return _to_xcom(self._run_plain(agent, prompt, model).output)
+            return to_xcom(self._run_plain(agent, prompt, model).output)
         from airflow_pydantic_ai.durable import Attempt, run_agent
         from airflow_pydantic_ai.tries.lifecycle import hint_at_retries, note_how_the_try_ends, start_durable_run
         from airflow_pydantic_ai.tries.report import publish_report
@@ -335,20 +337,20 @@ class AgentOperator(BaseOperator):
         # issue 22: the report as XCom durable_report and Airflow metrics, whatever the outcome
         run.when_ended(lambda report: publish_report(context, report, log=self.log, push=self.do_xcom_push))
         # The summary ends every attempt, also one that stops to wait for approval (which is not a failed try).
-        with note_how_the_try_ends(run, log=self.log), run.ending(waits=_waits_for_a_person):
+        with note_how_the_try_ends(run, log=self.log), run.ending(waits=waits_for_a_person):
             recorded = run.recorded_output()
             if recorded is not None:
                 # The previous try finished and was killed before Airflow recorded its success.
                 return self._complete(context, run, recorded.value)
             prompt, agent, model = self._prepare(context)
-            _refuse_external_tools(agent)
+            refuse_external_tools(agent)
             from airflow_pydantic_ai.pending.settings import refuse_unsupported_batching
 
             refuse_unsupported_batching(agent, self._pending, model)
             if continues:
                 pass  # after a pending request: the steps replay, the engine collects the result
             elif resume is None:
-                hint_at_retries(context, log=self.log, asks_for_approval=bool(_tools_needing_approval(agent)))
+                hint_at_retries(context, log=self.log, asks_for_approval=bool(tools_needing_approval(agent)))
             else:
                 from airflow_pydantic_ai.approval import record_answer
 
@@ -385,7 +387,7 @@ class AgentOperator(BaseOperator):
 
             if pending_output(result.output):  # PendingModelResponse in the output type: wait, never push a ticket
                 self._defer_while_pending([], agent)  # the submission is in the cache: the resumed try checks it
-            return self._complete(context, run, _to_xcom(result.output))
+            return self._complete(context, run, to_xcom(result.output))
 
     def _defer_while_pending(self, tickets: list[Any], agent: Agent[Any, Any]) -> Any:
         """Release the worker until the provider has the results (:mod:`~airflow_pydantic_ai.pending.wait`)."""
@@ -436,72 +438,7 @@ class AgentOperator(BaseOperator):
         return self.prompt
 
     def _run_plain(self, agent: Agent[Any, Any], prompt: str, model: Any) -> Any:
-        """The run's result, without durability (a tool that asks for approval fails the task: see
-        :mod:`~airflow_pydantic_ai.operators.plain_run`)."""
-        from airflow_pydantic_ai.operators.plain_run import NoWaiting
-        from airflow_pydantic_ai.pending import PendingSettings
+        """The run's result, without durability (:func:`~airflow_pydantic_ai.operators.plain_run.run_plain`)."""
+        from airflow_pydantic_ai.operators.plain_run import run_plain
 
-        # read at the start of the try (execute); checked here when called on its own
-        pending = self.__dict__.get("_pending") or PendingSettings.checked(self.pending_timeout, self.batch)
-        return agent.run_sync(
-            prompt,
-            model=model,
-            usage_limits=self.usage_limits,
-            deps=self.deps,
-            event_stream_handler=self.event_stream_handler,
-            capabilities=[NoWaiting(), *pending.capabilities()],
-        )
-
-
-def _refuse_external_tools(agent: Agent[Any, Any]) -> None:
-    """Calls answered by work done outside the agent (external tools) cannot be waited for: say so before any step."""
-    from pydantic_ai.toolsets import ExternalToolset
-
-    def visit(toolset: Any) -> None:
-        if isinstance(toolset, ExternalToolset):
-            names = ", ".join(sorted(tool.name for tool in toolset.tool_defs)) or "(none)"
-            raise ValueError(
-                f"the agent has external tools ({names}) whose calls are answered by work done outside the agent; "
-                "AgentOperator cannot wait for such results (only for a person's approval). Turn them into function "
-                "tools, with requires_approval=True if a person should confirm them."
-            )
-
-    for toolset in agent.toolsets:
-        toolset.apply(visit)
-
-
-def _tools_needing_approval(agent: Agent[Any, Any]) -> list[str]:
-    """The names of the agent's tools declared with ``requires_approval=True``."""
-    needing: list[str] = []
-    for toolset in agent.toolsets:
-        tools = getattr(toolset, "tools", None)
-        if isinstance(tools, dict):
-            needing += [name for name, tool in tools.items() if getattr(tool, "requires_approval", False)]
-    return sorted(needing)
-
-
-def _refuse_approvals_without_durable(agent: Agent[Any, Any]) -> None:
-    """Tools that need approval wait for a person, and only the durable cache keeps the run through the wait."""
-    needing = _tools_needing_approval(agent)
-    if needing:
-        raise ValueError(
-            f"the tool(s) {', '.join(needing)} need approval (requires_approval=True); the run has to survive "
-            "the wait for a person's answer, which only the durable cache provides. Set durable=True on the "
-            "AgentOperator / @task.pydantic_ai."
-        )
-
-
-def _waits_for_a_person(error: BaseException) -> bool:
-    """The try parks (``awaiting_input``) or defers until a person answers: it has not failed."""
-    from airflow_pydantic_ai import _compat
-
-    return bool(_compat.waits_for_a_person(error))
-
-
-def _to_xcom(output: Any) -> Any:
-    """JSON-friendly form of an agent output (a pydantic model becomes its JSON dict)."""
-    if output is None or isinstance(output, (str, int, float, bool)):
-        return output
-    from pydantic_core import to_jsonable_python
-
-    return to_jsonable_python(output)
+        return run_plain(self, agent, prompt, model)

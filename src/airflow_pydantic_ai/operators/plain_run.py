@@ -17,7 +17,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-__all__ = ["NO_WAITING_MESSAGE", "NoWaiting"]
+__all__ = ["NO_WAITING_MESSAGE", "NoWaiting", "run_plain"]
 
 NO_WAITING_MESSAGE = (
     "a tool call asked for approval (ApprovalRequired) or deferred (CallDeferred); the run has to survive "
@@ -44,3 +44,20 @@ class NoWaiting(AbstractCapability[Any]):
         if isinstance(toolset, _RefusingToolset):
             return None
         return _RefusingToolset(wrapped=toolset)
+
+
+def run_plain(operator: Any, agent: Any, prompt: str, model: Any) -> Any:
+    """``operator``'s run of ``agent`` without durability: a tool that asks for approval or defers fails the task
+    (:class:`NoWaiting`); ``batch=`` adds its capability as on a durable run."""
+    from airflow_pydantic_ai.pending import PendingSettings
+
+    # read at the start of the try (execute); checked here when called on its own (tests call _run_plain)
+    pending = operator.__dict__.get("_pending") or PendingSettings.checked(operator.pending_timeout, operator.batch)
+    return agent.run_sync(
+        prompt,
+        model=model,
+        usage_limits=operator.usage_limits,
+        deps=operator.deps,
+        event_stream_handler=operator.event_stream_handler,
+        capabilities=[NoWaiting(), *pending.capabilities()],
+    )

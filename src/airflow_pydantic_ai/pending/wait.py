@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from airflow_pydantic_ai.pending.settings import PendingSettings
 
-__all__ = ["RESUME_METHOD", "ModelSource", "defer_while_pending", "pending_output"]
+__all__ = ["RESUME_METHOD", "ModelSource", "defer_while_pending", "log_resume", "pending_output"]
 
 RESUME_METHOD = "resume_after_pending"
 """The operator method Airflow calls when the pending requests have their results (``next_method``)."""
@@ -108,6 +108,20 @@ def defer_while_pending(
         )
     operator.defer(trigger=trigger, method_name=RESUME_METHOD, timeout=timeout)
     raise AssertionError("defer() returned")  # pragma: no cover - defer always raises
+
+
+def log_resume(log: Any, event: Any) -> None:
+    """The log line of a try resumed after a pending model request: what the triggerer saw, or that the worker
+    checks."""
+    from airflow_pydantic_ai.triggers.pending_request import PendingCheck
+
+    check = PendingCheck.from_event(event)
+    log.info(
+        "Durable: resumed after a pending model request: %s",
+        f"{check.status} after {check.checks} check(s) in the triggerer {check.detail}".rstrip()
+        if check is not None
+        else "the wait is over, checking on this worker",
+    )
 
 
 def _remaining(timeout: timedelta | None, tickets: list[Any]) -> timedelta | None:
