@@ -34,7 +34,10 @@ with DAG(
         llm_conn_id="openai_batch",
         model_id="openai-responses:gpt-5-mini",
         system_prompt="You write a short digest of the day's support tickets for the morning stand-up.",
-        prompt="Summarize the tickets of {{ ds }}: login failures after the release, two billing questions.",
+        prompt=(
+            "Summarize the tickets of {{ (dag_run.logical_date or dag_run.run_after) | ds }}: "
+            "login failures after the release, two billing questions."
+        ),
         durable=True,  # the submission is recorded: a lost worker never submits the batch again
         batch=True,  # pydantic-ai's BatchModelRequests: the provider's batch API, about half the price
         pending_timeout=timedelta(hours=24),  # the providers' completion window (the default)
