@@ -20,6 +20,7 @@ from typing import Any
 import fsspec
 
 from airflow_pydantic_ai.durable import StepStore, TaskIdentity
+from airflow_pydantic_ai.durable.storage.local_files import write_atomically
 
 __all__ = ["Backend", "CountingFS", "FloorResult", "LocalBackend", "S3Backend", "open_backend"]
 
@@ -183,7 +184,7 @@ class LocalBackend(Backend):
 
     def write_object(self, path: str, data: bytes) -> None:
         # The store's own atomic write of an entry: temporary file, rename (no fsync, as for single entries).
-        self._writer._put_local(path, data)
+        write_atomically(self._writer.local_files, path, data, created=self._writer.created_folders)
 
     def close(self) -> None:
         shutil.rmtree(self._directory, ignore_errors=True)
