@@ -85,10 +85,12 @@ def _deferred(harness: DurableHarness, agent: Agent[None, str]) -> list[PendingT
     """One try with ``defer_pending``: it stops with ``RequestPending`` (a try that waits, not one that failed)."""
     from airflow_pydantic_ai.durable import run_agent
 
-    run, _ = harness.open(defer_pending=True)
+    run, log = harness.open(defer_pending=True)
     with pytest.raises(RequestPending) as stopped, run.ending(waits=lambda error: isinstance(error, RequestPending)):
         run_agent(run, agent, "go")
     assert run.end.outcome == "waiting"
+    # The report line says whom the try waits for: the provider, not a person.
+    assert any(f"try {run.try_number} stopped to wait for the provider;" in line for line in log.texts), log.texts
     return stopped.value.tickets
 
 

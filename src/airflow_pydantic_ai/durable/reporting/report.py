@@ -42,6 +42,8 @@ class DurableReport:
     changed: Sequence[str]
     cache_location: str
     cache_deleted: bool
+    waiting_for: str = "a person"
+    """Whom a ``waiting`` try waits for (the log line says it; not in the JSON, whose ``outcome`` stays ``waiting``)."""
 
     xcom_key: ClassVar[str] = REPORT_XCOM_KEY
     """The XCom key the Airflow side pushes the report under (``tries/report.py``)."""
@@ -86,7 +88,8 @@ class DurableReport:
         requests spent, what the replay saved in money (the savings line after it gives the saved tokens), and
         where the whole report is. ``Durable: try 2 succeeded; live: 1 model request, 113 tokens (103 input, 10
         output), ~$0.0004; the replay saved ~$0.0007; the full report is the XCom durable_report``."""
-        line = f"Durable: try {self.try_number} {_OUTCOME_WORDS[self.outcome]}; live: {_spent(self.accounting.live)}"
+        ended = f"stopped to wait for {self.waiting_for}" if self.outcome == "waiting" else _OUTCOME_WORDS[self.outcome]
+        line = f"Durable: try {self.try_number} {ended}; live: {_spent(self.accounting.live)}"
         if self.accounting.saved.requests and self.accounting.saved.cost_usd is not None:
             line += f"; the replay saved {_money(self.accounting.saved)}"
         return f"{line}; the full report is the XCom {REPORT_XCOM_KEY}"
