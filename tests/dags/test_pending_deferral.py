@@ -113,6 +113,9 @@ def test_a_durable_batched_task_defers_while_pending_resumes_in_the_same_try_and
     # (the timer fallback: this agent's model is a ready object), so it defers once more before it collects.
     assert len(DEFERS.findall(out)) == 4, out
     assert out.count(RESUMES) == 4
+    # The report line of each deferral says whom the try waits for.
+    assert out.count("try 1 stopped to wait for the provider;") == 4, out
+    assert "stopped to wait for a person" not in out
 
 
 def test_batch_true_adds_pydantic_ais_batching_to_the_run(capfd) -> None:

@@ -19,7 +19,6 @@ from airflow_pydantic_ai.durable.attempt.cleanup import tidy_failed_try
 from airflow_pydantic_ai.durable.attempt.last_answer import LastAnswer
 from airflow_pydantic_ai.durable.errors import describe_error
 from airflow_pydantic_ai.durable.reporting.report import AttemptOutcome, DurableReport
-from airflow_pydantic_ai.durable.steps.pending_step import RequestPending
 from airflow_pydantic_ai.durable.storage.notes import AttemptRecord, record_attempt
 from airflow_pydantic_ai.durable.storage.tombstone import Mark, tombstone
 
@@ -55,8 +54,6 @@ def ending(run: Attempt, *, waits: Callable[[BaseException], bool]) -> Iterator[
     except BaseException as error:
         run.pack_for_next_try()
         run.end.outcome = "waiting" if waits(error) else "failed"
-        if isinstance(error, RequestPending):  # issue 38: the provider works on a submitted request
-            run.end.waiting_for = "the provider"
         if run.end.outcome == "failed":  # remove the folders it left empty; on the last try, say the cache is kept
             tidy_failed_try(run.store, run.outlook, run.log)
         raise

@@ -27,6 +27,7 @@ from airflow_pydantic_ai.durable.attempt.nesting import attempt_scope
 from airflow_pydantic_ai.durable.interception.approvals import WaitingForDecisions, run_until_decision_needed
 from airflow_pydantic_ai.durable.interception.capability import DurableCapability
 from airflow_pydantic_ai.durable.reporting.telemetry import telemetry_scope
+from airflow_pydantic_ai.durable.steps.pending_step import RequestPending
 
 if TYPE_CHECKING:
     from pydantic_ai import Agent
@@ -68,6 +69,9 @@ def run_agent(
                 capabilities=[DurableCapability(), *capabilities],
                 **run_arguments,
             )
+    except RequestPending:
+        run.end.waiting_for = "the provider"  # the report line says whom the try waits for (issue 38)
+        raise
     except UnexpectedModelBehavior:
         # Retries ran out: what failed (the last answer, the retries it drew) would fail the same way on replay.
         run.first.forget_what_failed()
