@@ -116,6 +116,7 @@ def test_a_durable_batched_task_defers_while_pending_resumes_in_the_same_try_and
     # The report line of each deferral says whom the try waits for.
     assert out.count("try 1 stopped to wait for the provider;") == 4, out
     assert "stopped to wait for a person" not in out
+    assert len(re.findall(r"step \d: model \S+ was collected from batch \S+ in", out)) == 2, out
 
 
 def test_batch_true_adds_pydantic_ais_batching_to_the_run(capfd) -> None:

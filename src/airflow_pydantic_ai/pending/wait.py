@@ -97,7 +97,7 @@ def defer_while_pending(
             len(tickets),
             shown,
             _seconds(poll_interval),
-            timeout if timeout is not None else "none",
+            f"{timedelta(seconds=round(timeout.total_seconds()))} left" if timeout is not None else "none",
         )
         trigger = PendingRequestTrigger(
             tickets=[ticket.to_payload() for ticket in tickets],

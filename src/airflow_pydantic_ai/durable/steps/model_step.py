@@ -169,7 +169,9 @@ class ModelStep:
         cost = response_cost(response)  # issue 22: priced once, for the report and the entry
         run.count(StepCount("model", usage=response.usage, cost=cost))
         shown = self.shown()
-        run.attempt.log.info("Durable: %s ran live in %.2f s", shown, time.monotonic() - self.started)
+        batch = (response.provider_details or {}).get("batch")  # pydantic-ai marks a batch's result so
+        how = f"was collected from batch {batch['id']}" if isinstance(batch, dict) and batch.get("id") else "ran live"
+        run.attempt.log.info("Durable: %s %s in %.2f s", shown, how, time.monotonic() - self.started)
         if self.key is None:
             run.attempt.writer.skipped()
             return
